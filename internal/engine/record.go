@@ -1,0 +1,139 @@
+package engine
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Kind is the kind of resource a Record describes.
+type Kind string
+
+// Record kinds.
+const (
+	KindInstance Kind = "instance"
+	KindBinding  Kind = "binding"
+)
+
+// Phase is where a resource is in its life.
+type Phase string
+
+// Phases. A record moves Provisioning -> Ready <-> Updating, and from any
+// phase to Deprovisioning -> Deleted. Failed is a provision or bind that gave
+// up; a retry of the same request starts it again.
+const (
+	PhaseProvisioning   Phase = "provisioning"
+	PhaseReady          Phase = "ready"
+	PhaseUpdating       Phase = "updating"
+	PhaseDeprovisioning Phase = "deprovisioning"
+	PhaseDeleted        Phase = "deleted"
+	PhaseFailed         Phase = "failed"
+)
+
+// OpType is the kind of work an operation does.
+type OpType string
+
+// Operation types.
+const (
+	OpProvision   OpType = "provision"
+	OpUpdate      OpType = "update"
+	OpDeprovision OpType = "deprovision"
+	OpBind        OpType = "bind"
+	OpUnbind      OpType = "unbind"
+)
+
+// OpState is the OSB last_operation state.
+type OpState string
+
+// Operation states, spelled as OSB spells them.
+const (
+	OpInProgress OpState = "in progress"
+	OpSucceeded  OpState = "succeeded"
+	OpFailed     OpState = "failed"
+)
+
+// Operation is the latest piece of work on a record. It stays on the record
+// after it ends, so that late polls of last_operation still get an answer.
+type Operation struct {
+	ID          string  `json:"id"`
+	Type        OpType  `json:"type"`
+	State       OpState `json:"state"`
+	Description string  `json:"description,omitempty"`
+	// Async is true when the platform accepted an asynchronous answer.
+	Async bool `json:"async,omitempty"`
+	// Identity is the X-Broker-API-Originating-Identity header, as sent.
+	Identity  string    `json:"identity,omitempty"`
+	StartedAt time.Time `json:"startedAt"`
+	// Deadline is when an unfinished operation gives up and fails.
+	Deadline time.Time `json:"deadline"`
+	EndedAt  time.Time `json:"endedAt,omitzero"`
+	// Target is the request an update applies (plan and parameters).
+	Target *Request `json:"target,omitempty"`
+}
+
+// Finished reports whether the operation has ended.
+func (o Operation) Finished() bool { return o.State != OpInProgress }
+
+// Request is the canonical form of what a platform asked for. Its
+// fingerprint decides whether a re-sent request is the same request.
+type Request struct {
+	ServiceID string `json:"serviceId"`
+	PlanID    string `json:"planId"`
+	// Parameters is the canonical JSON of the parameters object (sorted keys,
+	// no insignificant white space), or empty.
+	Parameters       json.RawMessage `json:"parameters,omitempty"`
+	OrganizationGUID string          `json:"organizationGuid,omitempty"`
+	SpaceGUID        string          `json:"spaceGuid,omitempty"`
+	// Context is the OSB context object, kept for GET; not fingerprinted.
+	Context json.RawMessage `json:"context,omitempty"`
+	// AppGUID and BindResource are for bindings.
+	AppGUID      string          `json:"appGuid,omitempty"`
+	BindResource json.RawMessage `json:"bindResource,omitempty"`
+}
+
+// Record is the durable state of one service instance or binding. It is
+// written before any backend call is made for it (intent first), and every
+// change is a compare-and-swap on Version.
+type Record struct {
+	Kind Kind   `json:"kind"`
+	ID   string `json:"id"`
+	// InstanceID is the parent instance of a binding.
+	InstanceID string `json:"instanceId,omitempty"`
+	// Fingerprint is the hash of the canonical create request.
+	Fingerprint string    `json:"fingerprint"`
+	Request     Request   `json:"request"`
+	Phase       Phase     `json:"phase"`
+	Op          Operation `json:"op"`
+
+	// Bucket is the backend bucket: an instance's own, or a binding's
+	// instance's.
+	Bucket string `json:"bucket,omitempty"`
+	// Owner is the owner mark on the backend resources of this record.
+	Owner string `json:"owner,omitempty"`
+	// BucketAttempted is set, durably, before the first attempt to create the
+	// bucket. It lets a retry adopt an unmarked bucket it created itself.
+	BucketAttempted bool `json:"bucketAttempted,omitempty"`
+
+	// UserName, Access, AccessKeyID and SealedSecret are for bindings.
+	UserName    string `json:"userName,omitempty"`
+	Access      string `json:"access,omitempty"`
+	AccessKeyID string `json:"accessKeyId,omitempty"`
+	// SealedSecret is the secret access key, encrypted with the engine's
+	// sealer (AES-GCM). The plain secret is never stored.
+	SealedSecret []byte `json:"sealedSecret,omitempty"`
+
+	// Version is incremented by every successful store write.
+	Version   int64     `json:"version"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// Clone returns a deep copy, so that callers can change it freely.
+func (r *Record) Clone() *Record {
+	c := *r
+	c.SealedSecret = append([]byte(nil), r.SealedSecret...)
+	if r.Op.Target != nil {
+		t := *r.Op.Target
+		c.Op.Target = &t
+	}
+	return &c
+}

@@ -1,0 +1,127 @@
+package driver
+
+import (
+	"context"
+	"errors"
+)
+
+// Sentinel errors a caller branches on. Drivers wrap them with context:
+// fmt.Errorf("bucket %q: %w", name, driver.ErrOwnedByOther).
+var (
+	// ErrOwnedByOther means the resource exists but carries no owner mark, or
+	// another owner's mark. The driver changed nothing.
+	ErrOwnedByOther = errors.New("resource exists and is owned by someone else")
+	// ErrBucketNotEmpty means a bucket could not be deleted because it holds
+	// objects and the caller did not ask for a purge.
+	ErrBucketNotEmpty = errors.New("bucket is not empty")
+	// ErrInvalid means the backend refuses the request in a way no retry can
+	// fix (an invalid name, an unsupported option).
+	ErrInvalid = errors.New("invalid request for this backend")
+)
+
+// Permanent reports whether err is one that retrying cannot fix.
+func Permanent(err error) bool {
+	return errors.Is(err, ErrOwnedByOther) || errors.Is(err, ErrBucketNotEmpty) || errors.Is(err, ErrInvalid)
+}
+
+// Access is what a credential may do in its bucket.
+type Access string
+
+// Access modes a credential can be granted.
+const (
+	AccessReadWrite Access = "read-write"
+	AccessReadOnly  Access = "read-only"
+	AccessWriteOnly Access = "write-only"
+)
+
+// Valid reports whether a is a known access mode.
+func (a Access) Valid() bool {
+	switch a {
+	case AccessReadWrite, AccessReadOnly, AccessWriteOnly:
+		return true
+	}
+	return false
+}
+
+// BucketSpec describes the bucket EnsureBucket makes so.
+type BucketSpec struct {
+	// Name is the backend bucket name (see BucketName).
+	Name string
+	// Owner is the owner mark stored on the bucket.
+	Owner string
+	// Tags are extra tags (user labels) kept on the bucket beside the owner
+	// mark. EnsureBucket replaces earlier extra tags with these.
+	Tags map[string]string
+	// AdoptUnmarked lets EnsureBucket adopt an existing bucket with no owner
+	// mark at all. The engine sets it only when its own record proves it may
+	// have created the bucket itself and crashed before marking it.
+	AdoptUnmarked bool
+}
+
+// CredentialSpec describes the credential EnsureCredential makes so: one
+// backend user, allowed Access to Bucket and nothing else, with exactly one
+// live access key.
+type CredentialSpec struct {
+	// UserName is the backend user name (see UserName).
+	UserName string
+	// Owner is the owner mark stored on the user.
+	Owner string
+	// Bucket is the only bucket the credential may reach.
+	Bucket string
+	// Access is what the credential may do there.
+	Access Access
+	// KeepKeyID is the access key id the caller has durably recorded, or
+	// empty. Every other key of the user is deleted: a key created by an
+	// earlier call whose answer was lost (a crash) must not stay live.
+	KeepKeyID string
+}
+
+// Credential is an access key pair.
+type Credential struct {
+	AccessKeyID string
+	// SecretAccessKey is set only for a key created by this call. When the
+	// kept key is still live it is empty: the caller already holds it.
+	SecretAccessKey string
+}
+
+// Observation is what a driver sees of one bucket and one user.
+type Observation struct {
+	BucketExists bool
+	// BucketOwner is the bucket's owner mark, empty when it has none.
+	BucketOwner string
+	UserExists  bool
+	// UserOwner is the user's owner mark, empty when it has none.
+	UserOwner string
+	// KeyIDs are the access key ids of the user.
+	KeyIDs []string
+}
+
+// ObserveRequest names what Observe looks at; either name may be empty.
+type ObserveRequest struct {
+	Bucket   string
+	UserName string
+}
+
+// Driver is an object-storage backend. See the package documentation for the
+// idempotency rules every method follows.
+type Driver interface {
+	// EnsureBucket creates the bucket if it is missing, adopts it if it
+	// carries spec.Owner, and returns ErrOwnedByOther otherwise.
+	EnsureBucket(ctx context.Context, spec BucketSpec) error
+	// DeleteBucket deletes the bucket if it carries owner. A missing bucket is
+	// success. A bucket with another mark, or none, is ErrOwnedByOther and is
+	// left untouched. A non-empty bucket is emptied first when purge is set,
+	// and is ErrBucketNotEmpty otherwise.
+	DeleteBucket(ctx context.Context, name, owner string, purge bool) error
+	// EnsureCredential makes the user, its bucket-scoped policy and exactly
+	// one live key exist, and returns that key.
+	EnsureCredential(ctx context.Context, spec CredentialSpec) (Credential, error)
+	// RevokeCredential deletes the user's keys, policies and the user itself
+	// if it carries owner. A missing user is success; another owner's user is
+	// ErrOwnedByOther. A revoked key is rejected by the server at once.
+	RevokeCredential(ctx context.Context, userName, owner string) error
+	// Observe reports what exists, without changing anything. With both
+	// names empty it only checks that the backend answers and accepts the
+	// driver's credentials.
+	Observe(ctx context.Context, req ObserveRequest) (Observation, error)
+}

@@ -1,0 +1,94 @@
+package driver
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Name limits. S3 bucket names are 3-63 characters of [a-z0-9-]; IAM user
+// names at most 64 characters of [A-Za-z0-9+=,.@_-].
+const (
+	maxBucketName = 63
+	maxUserName   = 64
+	// MaxPrefix is the longest name prefix accepted, so that a readable part
+	// of the id and a collision-proof hash always fit.
+	MaxPrefix = 16
+	hashLen   = 24 // hex digits: 96 bits of sha256
+	slugLen   = 16
+)
+
+var prefixRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+
+// ValidatePrefix reports whether prefix can start bucket and user names.
+func ValidatePrefix(prefix string) error {
+	if len(prefix) == 0 || len(prefix) > MaxPrefix || !prefixRE.MatchString(prefix) {
+		return fmt.Errorf("name prefix %q: want 1-%d lowercase letters, digits or inner hyphens: %w", prefix, MaxPrefix, ErrInvalid)
+	}
+	return nil
+}
+
+// BucketName derives the backend bucket name for a resource of the given
+// kind (for example "instance" or "claim") and id. The name is a function of
+// (prefix, kind, id) alone: a retry after a crash computes the same name, and
+// different ids never share one (the hash covers the whole id, the readable
+// slug only helps operators). It is always a valid S3 bucket name.
+func BucketName(prefix, kind, id string) string {
+	return name(prefix, kind, id, maxBucketName)
+}
+
+// UserName derives the backend user name for a resource of the given kind
+// and id, with the same guarantees as BucketName.
+func UserName(prefix, kind, id string) string {
+	return name(prefix, kind, id, maxUserName)
+}
+
+// OwnerMark derives the owner mark stored on backend resources made for a
+// resource of the given kind and id. It is at most 64 characters of
+// [a-z0-9:-], safe for tag values and paths.
+func OwnerMark(kind, id string) string {
+	return "bucketbroker:" + slug(kind, 12) + ":" + hash(kind, id, 40)
+}
+
+func name(prefix, kind, id string, max int) string {
+	s := slug(id, slugLen)
+	h := hash(kind, id, hashLen)
+	n := prefix + "-"
+	if s != "" {
+		n += s + "-"
+	}
+	n += h
+	if len(n) > max { // only with an over-long prefix, which ValidatePrefix refuses
+		n = n[len(n)-max:]
+	}
+	return n
+}
+
+func hash(kind, id string, n int) string {
+	sum := sha256.Sum256([]byte(kind + "\x00" + id))
+	return hex.EncodeToString(sum[:])[:n]
+}
+
+// slug keeps up to n lowercase letters and digits of s, joining runs of
+// anything else into a single hyphen.
+func slug(s string, n int) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(s) {
+		if b.Len() >= n {
+			break
+		}
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+			dash = false
+			continue
+		}
+		if b.Len() > 0 && !dash {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	return strings.Trim(b.String(), "-")
+}

@@ -1,0 +1,69 @@
+package driver
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+var (
+	bucketRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$`)
+	userRE   = regexp.MustCompile(`^[A-Za-z0-9+=,.@_-]{1,64}$`)
+)
+
+func TestNamesAreValidAndDistinct(t *testing.T) {
+	ids := []string{
+		"a", "A", "a-b/c", "a/b-c", "0000", strings.Repeat("x", 5000),
+		strings.Repeat("x", 4999) + "y", "ünïcødé-日本語", "../../etc/passwd", "bucket..name",
+		"-leading", "trailing-", "with space", "\x00nul", "xn--abc", "192.168.0.1",
+		"0b4c6e6a-8f1e-4b7c-9a55-3d2e1f0a9b8c",
+	}
+	seenB, seenU := map[string]string{}, map[string]string{}
+	for _, id := range ids {
+		b := BucketName("bb", "instance", id)
+		u := UserName("bb", "binding", id)
+		if !bucketRE.MatchString(b) {
+			t.Errorf("BucketName(%q) = %q: not a valid bucket name", id, b)
+		}
+		if !userRE.MatchString(u) {
+			t.Errorf("UserName(%q) = %q: not a valid user name", id, u)
+		}
+		if prev, ok := seenB[b]; ok {
+			t.Errorf("BucketName collision: %q and %q -> %q", prev, id, b)
+		}
+		if prev, ok := seenU[u]; ok {
+			t.Errorf("UserName collision: %q and %q -> %q", prev, id, u)
+		}
+		seenB[b], seenU[u] = id, id
+		if again := BucketName("bb", "instance", id); again != b {
+			t.Errorf("BucketName(%q) not deterministic: %q then %q", id, b, again)
+		}
+	}
+	if BucketName("bb", "instance", "x") == BucketName("bb", "claim", "x") {
+		t.Error("kinds must not share names")
+	}
+}
+
+func TestOwnerMark(t *testing.T) {
+	m := OwnerMark("instance", strings.Repeat("z", 1000))
+	if len(m) > 64 || !regexp.MustCompile(`^[a-z0-9:-]+$`).MatchString(m) {
+		t.Errorf("OwnerMark = %q: want <= 64 chars of [a-z0-9:-]", m)
+	}
+	if OwnerMark("instance", "a") == OwnerMark("binding", "a") {
+		t.Error("owner marks of different kinds must differ")
+	}
+}
+
+func TestValidatePrefix(t *testing.T) {
+	for _, tc := range []struct {
+		prefix string
+		ok     bool
+	}{
+		{"bb", true}, {"team-a", true}, {"", false}, {"UPPER", false}, {"-x", false},
+		{"x-", false}, {strings.Repeat("a", MaxPrefix+1), false}, {"a.b", false},
+	} {
+		if err := ValidatePrefix(tc.prefix); (err == nil) != tc.ok {
+			t.Errorf("ValidatePrefix(%q) = %v, want ok=%v", tc.prefix, err, tc.ok)
+		}
+	}
+}
