@@ -1,0 +1,350 @@
+package catalog
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+	"sigs.k8s.io/yaml"
+
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+//go:embed default.yaml
+var defaultCatalog []byte
+
+// ErrUnknown is returned by Lookup for a service or plan id the catalog does
+// not offer.
+var ErrUnknown = errors.New("not in the catalog")
+
+// PlanConfig is bucketbroker's own configuration of a plan.
+type PlanConfig struct {
+	// Access lists the access modes bindings may ask for; the first is the
+	// default. Empty means read-write only.
+	Access []driver.Access `json:"access,omitempty"`
+	// AsyncRequired makes provision, update and deprovision answer only
+	// asynchronously (422 AsyncRequired without accepts_incomplete=true).
+	AsyncRequired bool `json:"asyncRequired,omitempty"`
+	// PurgeOnDelete is the default of the purge_on_delete parameter.
+	PurgeOnDelete bool `json:"purgeOnDelete,omitempty"`
+}
+
+// AllowsAccess reports whether bindings under this plan may have access a.
+func (c PlanConfig) AllowsAccess(a driver.Access) bool {
+	for _, x := range c.access() {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+// DefaultAccess is the access of a binding that does not ask for one.
+func (c PlanConfig) DefaultAccess() driver.Access { return c.access()[0] }
+
+func (c PlanConfig) access() []driver.Access {
+	if len(c.Access) == 0 {
+		return []driver.Access{driver.AccessReadWrite}
+	}
+	return c.Access
+}
+
+// Schemas are a plan's JSON Schemas, as OSB spells them.
+type Schemas struct {
+	ServiceInstance *InstanceSchemas `json:"service_instance,omitempty"`
+	ServiceBinding  *BindingSchemas  `json:"service_binding,omitempty"`
+}
+
+// InstanceSchemas are the schemas of instance parameters.
+type InstanceSchemas struct {
+	Create *InputSchema `json:"create,omitempty"`
+	Update *InputSchema `json:"update,omitempty"`
+}
+
+// BindingSchemas are the schemas of binding parameters.
+type BindingSchemas struct {
+	Create *InputSchema `json:"create,omitempty"`
+}
+
+// InputSchema holds one JSON Schema for parameters.
+type InputSchema struct {
+	Parameters json.RawMessage `json:"parameters,omitempty"`
+}
+
+// Plan is one OSB plan.
+type Plan struct {
+	ID              string          `json:"id"`
+	Name            string          `json:"name"`
+	Description     string          `json:"description"`
+	Metadata        json.RawMessage `json:"metadata,omitempty"`
+	Free            *bool           `json:"free,omitempty"`
+	Bindable        *bool           `json:"bindable,omitempty"`
+	PlanUpdateable  *bool           `json:"plan_updateable,omitempty"`
+	MaintenanceInfo json.RawMessage `json:"maintenance_info,omitempty"`
+	Schemas         *Schemas        `json:"schemas,omitempty"`
+	Config          *PlanConfig     `json:"bucketbroker,omitempty"`
+
+	service *Service
+	create  *jsonschema.Schema
+	update  *jsonschema.Schema
+	bind    *jsonschema.Schema
+}
+
+// Settings returns the plan's bucketbroker configuration.
+func (p *Plan) Settings() PlanConfig {
+	if p.Config == nil {
+		return PlanConfig{}
+	}
+	return *p.Config
+}
+
+// Service returns the service the plan belongs to.
+func (p *Plan) Service() *Service { return p.service }
+
+// Updateable reports whether instances may change to or from this plan.
+func (p *Plan) Updateable() bool {
+	if p.PlanUpdateable != nil {
+		return *p.PlanUpdateable
+	}
+	return p.service.PlanUpdateable
+}
+
+// Service is one OSB service offering.
+type Service struct {
+	ID                   string          `json:"id"`
+	Name                 string          `json:"name"`
+	Description          string          `json:"description"`
+	Bindable             bool            `json:"bindable"`
+	InstancesRetrievable bool            `json:"instances_retrievable,omitempty"`
+	BindingsRetrievable  bool            `json:"bindings_retrievable,omitempty"`
+	AllowContextUpdates  bool            `json:"allow_context_updates,omitempty"`
+	PlanUpdateable       bool            `json:"plan_updateable,omitempty"`
+	Tags                 []string        `json:"tags,omitempty"`
+	Requires             []string        `json:"requires,omitempty"`
+	Metadata             json.RawMessage `json:"metadata,omitempty"`
+	DashboardClient      json.RawMessage `json:"dashboard_client,omitempty"`
+	Plans                []*Plan         `json:"plans"`
+}
+
+// Catalog is the set of services bucketbroker offers.
+type Catalog struct {
+	Services []*Service `json:"services"`
+
+	plans map[string]*Plan // by service id + "/" + plan id
+}
+
+// Default returns the built-in catalog.
+func Default() *Catalog {
+	c, err := Parse(defaultCatalog)
+	if err != nil {
+		panic(fmt.Sprintf("built-in catalog: %v", err))
+	}
+	return c
+}
+
+// Load reads a catalog file (YAML or JSON).
+func Load(path string) (*Catalog, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read catalog: %w", err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("catalog %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse parses and checks a catalog document (YAML or JSON).
+func Parse(doc []byte) (*Catalog, error) {
+	js, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	c := &Catalog{}
+	if err := dec.Decode(c); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	if err := c.index(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Catalog) index() error {
+	if len(c.Services) == 0 {
+		return errors.New("no services")
+	}
+	c.plans = map[string]*Plan{}
+	ids := map[string]bool{}
+	for _, s := range c.Services {
+		if s.ID == "" || s.Name == "" || s.Description == "" {
+			return fmt.Errorf("service %q: id, name and description are required", s.Name)
+		}
+		if ids[s.ID] {
+			return fmt.Errorf("service %q: duplicate id %q", s.Name, s.ID)
+		}
+		ids[s.ID] = true
+		if len(s.Plans) == 0 {
+			return fmt.Errorf("service %q: no plans", s.Name)
+		}
+		for _, p := range s.Plans {
+			if p.ID == "" || p.Name == "" || p.Description == "" {
+				return fmt.Errorf("service %q plan %q: id, name and description are required", s.Name, p.Name)
+			}
+			if ids[p.ID] {
+				return fmt.Errorf("service %q plan %q: duplicate id %q", s.Name, p.Name, p.ID)
+			}
+			ids[p.ID] = true
+			p.service = s
+			for _, a := range p.Settings().Access {
+				if !a.Valid() {
+					return fmt.Errorf("plan %q: unknown access mode %q (want read-write, read-only or write-only)", p.Name, a)
+				}
+			}
+			if err := p.compile(); err != nil {
+				return fmt.Errorf("plan %q: %w", p.Name, err)
+			}
+			c.plans[s.ID+"/"+p.ID] = p
+		}
+	}
+	return nil
+}
+
+func (p *Plan) compile() error {
+	if p.Schemas == nil {
+		return nil
+	}
+	var err error
+	if si := p.Schemas.ServiceInstance; si != nil {
+		if p.create, err = compile(p.ID+"/instance/create", si.Create); err != nil {
+			return err
+		}
+		if p.update, err = compile(p.ID+"/instance/update", si.Update); err != nil {
+			return err
+		}
+	}
+	if sb := p.Schemas.ServiceBinding; sb != nil {
+		if p.bind, err = compile(p.ID+"/binding/create", sb.Create); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func compile(name string, in *InputSchema) (*jsonschema.Schema, error) {
+	if in == nil || len(in.Parameters) == 0 {
+		return nil, nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(in.Parameters))
+	if err != nil {
+		return nil, fmt.Errorf("schema %s: %w", name, err)
+	}
+	c := jsonschema.NewCompiler()
+	url := "mem://" + name
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, fmt.Errorf("schema %s: %w", name, err)
+	}
+	s, err := c.Compile(url)
+	if err != nil {
+		return nil, fmt.Errorf("schema %s: %w", name, err)
+	}
+	return s, nil
+}
+
+// Lookup returns the plan with the given ids, or an error wrapping
+// ErrUnknown that says which id is unknown.
+func (c *Catalog) Lookup(serviceID, planID string) (*Plan, error) {
+	if p, ok := c.plans[serviceID+"/"+planID]; ok {
+		return p, nil
+	}
+	for _, s := range c.Services {
+		if s.ID == serviceID {
+			return nil, fmt.Errorf("plan_id %q is not a plan of service %q: %w", planID, s.Name, ErrUnknown)
+		}
+	}
+	return nil, fmt.Errorf("service_id %q: %w", serviceID, ErrUnknown)
+}
+
+// JSON returns the catalog as served on GET /v2/catalog: bucketbroker's own
+// plan configuration is left out.
+func (c *Catalog) JSON() (json.RawMessage, error) {
+	type served Catalog
+	out := served{Services: make([]*Service, len(c.Services))}
+	for i, s := range c.Services {
+		sc := *s
+		sc.Plans = make([]*Plan, len(s.Plans))
+		for j, p := range s.Plans {
+			pc := *p
+			pc.Config = nil
+			sc.Plans[j] = &pc
+		}
+		out.Services[i] = &sc
+	}
+	return json.Marshal(out)
+}
+
+// Which parameters a validation is for.
+const (
+	ForCreate = "create"
+	ForUpdate = "update"
+	ForBind   = "bind"
+)
+
+// Validate checks parameters (a JSON object, or empty) against the plan's
+// schema for the given purpose. The error lists every violation.
+func (p *Plan) Validate(purpose string, params json.RawMessage) error {
+	var s *jsonschema.Schema
+	switch purpose {
+	case ForCreate:
+		s = p.create
+	case ForUpdate:
+		s = p.update
+	case ForBind:
+		s = p.bind
+	}
+	if s == nil || len(params) == 0 {
+		return nil
+	}
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(params))
+	if err != nil {
+		return fmt.Errorf("parameters: %w", err)
+	}
+	if err := s.Validate(v); err != nil {
+		var ve *jsonschema.ValidationError
+		if errors.As(err, &ve) {
+			return fmt.Errorf("parameters do not match the schema of plan %q: %s", p.Name, flatten(ve))
+		}
+		return fmt.Errorf("parameters: %w", err)
+	}
+	return nil
+}
+
+var englishPrinter = message.NewPrinter(language.English)
+
+// flatten turns a validation error tree into one line: "at /labels: ...; ...".
+func flatten(ve *jsonschema.ValidationError) string {
+	var msgs []string
+	var walk func(*jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			loc := "/" + strings.Join(e.InstanceLocation, "/")
+			msgs = append(msgs, fmt.Sprintf("at %s: %s", loc, e.ErrorKind.LocalizedString(englishPrinter)))
+			return
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	return strings.Join(msgs, "; ")
+}
