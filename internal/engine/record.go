@@ -121,6 +121,10 @@ type Record struct {
 	// sealer (AES-GCM). The plain secret is never stored.
 	SealedSecret []byte `json:"sealedSecret,omitempty"`
 
+	// History holds the operations before Op, newest first, so that a late
+	// poll for an earlier operation still gets its answer.
+	History []Operation `json:"history,omitempty"`
+
 	// Version is incremented by every successful store write.
 	Version   int64     `json:"version"`
 	CreatedAt time.Time `json:"createdAt"`
@@ -135,5 +139,37 @@ func (r *Record) Clone() *Record {
 		t := *r.Op.Target
 		c.Op.Target = &t
 	}
+	c.History = append([]Operation(nil), r.History...)
 	return &c
+}
+
+// maxHistory bounds Record.History.
+const maxHistory = 8
+
+// startOp makes op the record's operation, keeping the previous one in the
+// history.
+func (r *Record) startOp(op Operation) {
+	if r.Op.ID != "" {
+		prev := r.Op
+		prev.Target = nil
+		r.History = append([]Operation{prev}, r.History...)
+		if len(r.History) > maxHistory {
+			r.History = r.History[:maxHistory]
+		}
+	}
+	r.Op = op
+}
+
+// findOp returns the operation with the given id: the current one or one in
+// the history. An empty id means the current one.
+func (r *Record) findOp(id string) (Operation, bool) {
+	if id == "" || id == r.Op.ID {
+		return r.Op, true
+	}
+	for _, o := range r.History {
+		if o.ID == id {
+			return o, true
+		}
+	}
+	return Operation{}, false
 }

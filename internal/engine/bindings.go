@@ -1,0 +1,236 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/bucketbroker/bucketbroker/internal/catalog"
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+// Bind creates a credential scoped to the instance's bucket, or answers a
+// duplicate from the stored record: the same credentials, never a second key.
+func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) {
+	if req.BindingID == "" || req.InstanceID == "" {
+		return BindResult{}, invalidf("instance and binding ids are required")
+	}
+	plan, err := e.plan(req.ServiceID, req.PlanID)
+	if err != nil {
+		return BindResult{}, err
+	}
+	params, err := canonicalObject(req.Parameters)
+	if err != nil {
+		return BindResult{}, invalidf("parameters: %v", err)
+	}
+	if err := plan.Validate(catalog.ForBind, params); err != nil {
+		return BindResult{}, invalidf("%v", err)
+	}
+	var bp bindingParams
+	if err := decodeParams(params, &bp); err != nil {
+		return BindResult{}, invalidf("parameters: %v", err)
+	}
+	access := plan.Settings().DefaultAccess()
+	if bp.Access != "" {
+		access = driver.Access(bp.Access)
+	}
+	if !plan.Settings().AllowsAccess(access) {
+		return BindResult{}, invalidf("plan %q does not allow %s bindings", plan.Name, access)
+	}
+	bindResource, err := canonicalObject(req.BindResource)
+	if err != nil {
+		return BindResult{}, invalidf("bind_resource: %v", err)
+	}
+	r := Request{ServiceID: req.ServiceID, PlanID: req.PlanID, Parameters: params,
+		AppGUID: req.AppGUID, BindResource: bindResource, Context: req.Context}
+	fp := fingerprint(req.InstanceID, r)
+
+	for range maxCASRetries {
+		rec, err := e.store.Get(ctx, KindBinding, req.BindingID)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			inst, err := e.bindableInstance(ctx, req)
+			if err != nil {
+				return BindResult{}, err
+			}
+			rec = e.newBinding(req, inst, r, fp, access)
+			err = e.store.Insert(ctx, rec)
+			if errors.Is(err, ErrExists) {
+				continue // a concurrent duplicate won; answer from its record
+			} else if err != nil {
+				return BindResult{}, e.storeErr(err)
+			}
+			return e.bindStarted(ctx, rec, req.AcceptsIncomplete)
+		case err != nil:
+			return BindResult{}, e.storeErr(err)
+		}
+		if rec.Phase == PhaseDeleted || (rec.Phase == PhaseFailed && rec.Fingerprint == fp && rec.Op.Type == OpBind) {
+			inst, err := e.bindableInstance(ctx, req)
+			if err != nil {
+				return BindResult{}, err
+			}
+			if rec.Phase == PhaseDeleted {
+				rec.AccessKeyID, rec.SealedSecret = "", nil
+			}
+			rec.InstanceID, rec.Bucket, rec.Request, rec.Fingerprint = inst.ID, inst.Bucket, r, fp
+			rec.Access, rec.Phase = string(access), PhaseProvisioning
+			rec.startOp(e.newOp(OpBind, req.AcceptsIncomplete, req.Identity))
+			if err := e.save(ctx, rec); errors.Is(err, ErrStale) {
+				continue
+			} else if err != nil {
+				return BindResult{}, e.storeErr(err)
+			}
+			return e.bindStarted(ctx, rec, req.AcceptsIncomplete)
+		}
+		if rec.Fingerprint != fp {
+			return BindResult{}, fmt.Errorf("%w: binding %s exists with different attributes", ErrConflict, req.BindingID)
+		}
+		switch rec.Phase {
+		case PhaseProvisioning:
+			res, err := e.inFlight(ctx, rec, req.AcceptsIncomplete)
+			return e.withCredentials(ctx, rec, res, err)
+		case PhaseReady:
+			creds, err := e.credentials(rec)
+			return BindResult{Result: Result{Outcome: OutcomeOK}, Credentials: creds}, err
+		default:
+			return BindResult{}, fmt.Errorf("%w: binding %s is being deleted, or its unbind failed", ErrConcurrency, req.BindingID)
+		}
+	}
+	return BindResult{}, fmt.Errorf("%w: binding %s keeps changing", ErrConcurrency, req.BindingID)
+}
+
+func (e *Engine) newBinding(req BindRequest, inst *Record, r Request, fp string, access driver.Access) *Record {
+	now := time.Now().UTC()
+	return &Record{
+		Kind: KindBinding, ID: req.BindingID, InstanceID: inst.ID, Fingerprint: fp, Request: r,
+		Phase: PhaseProvisioning, Op: e.newOp(OpBind, req.AcceptsIncomplete, req.Identity),
+		Bucket: inst.Bucket, UserName: driver.UserName(e.prefix, string(KindBinding), req.BindingID),
+		Owner: driver.OwnerMark(string(KindBinding), req.BindingID), Access: string(access),
+		CreatedAt: now, UpdatedAt: now,
+	}
+}
+
+// bindableInstance returns the instance a new binding may be made for.
+func (e *Engine) bindableInstance(ctx context.Context, req BindRequest) (*Record, error) {
+	inst, err := e.store.Get(ctx, KindInstance, req.InstanceID)
+	if errors.Is(err, ErrNotFound) {
+		return nil, invalidf("instance %s does not exist", req.InstanceID)
+	} else if err != nil {
+		return nil, e.storeErr(err)
+	}
+	switch inst.Phase {
+	case PhaseReady, PhaseUpdating:
+	case PhaseDeleted:
+		return nil, invalidf("instance %s does not exist", req.InstanceID)
+	case PhaseFailed:
+		return nil, fmt.Errorf("%w: instance %s failed; it cannot be bound", ErrUnprocessable, req.InstanceID)
+	default:
+		return nil, fmt.Errorf("%w: instance %s is being %sed", ErrConcurrency, req.InstanceID, inst.Op.Type)
+	}
+	if inst.Request.ServiceID != req.ServiceID {
+		return nil, invalidf("service_id %q is not the instance's service", req.ServiceID)
+	}
+	return inst, nil
+}
+
+// bindStarted starts the bind this request recorded, unless the instance
+// began to deprovision in the meantime: its deprovision lists bindings
+// after it is recorded, so either it sees this binding or this sees it.
+func (e *Engine) bindStarted(ctx context.Context, rec *Record, async bool) (BindResult, error) {
+	inst, err := e.store.Get(ctx, KindInstance, rec.InstanceID)
+	if err != nil {
+		return BindResult{}, e.storeErr(err)
+	}
+	if inst.Phase == PhaseDeprovisioning || inst.Phase == PhaseDeleted {
+		rec.Phase = PhaseDeleted
+		rec.Op.State, rec.Op.Description, rec.Op.EndedAt = OpFailed, "bind failed: the instance is being deprovisioned", time.Now().UTC()
+		if err := e.save(ctx, rec); err != nil && !errors.Is(err, ErrStale) {
+			return BindResult{}, e.storeErr(err)
+		}
+		return BindResult{}, fmt.Errorf("%w: instance %s is being deprovisioned", ErrConcurrency, rec.InstanceID)
+	}
+	e.log.Info("Binding", "id", rec.ID, "instance", rec.InstanceID, "user", rec.UserName, "access", rec.Access, "operation", rec.Op.ID)
+	res, err := e.started(ctx, rec, OutcomeCreated, async)
+	return e.withCredentials(ctx, rec, res, err)
+}
+
+// withCredentials adds the stored credentials to a finished bind's answer.
+func (e *Engine) withCredentials(ctx context.Context, rec *Record, res Result, err error) (BindResult, error) {
+	if err != nil || res.Outcome == OutcomeAccepted {
+		return BindResult{Result: res}, err
+	}
+	rec, err = e.store.Get(ctx, KindBinding, rec.ID)
+	if err != nil {
+		return BindResult{}, e.storeErr(err)
+	}
+	creds, err := e.credentials(rec)
+	return BindResult{Result: res, Credentials: creds}, err
+}
+
+// credentials opens the binding's stored credentials.
+func (e *Engine) credentials(rec *Record) (*Credentials, error) {
+	secret, err := e.box.Open(rec.SealedSecret, sealContext(rec))
+	if err != nil {
+		e.log.Error("Cannot open stored credentials; is --encryption-key-file the key they were sealed with?", "binding", rec.ID, "error", err)
+		return nil, fmt.Errorf("%w: stored credentials of binding %s cannot be decrypted", ErrFailed, rec.ID)
+	}
+	c := &Credentials{
+		Bucket: rec.Bucket, Endpoint: e.endpoint.URL, Region: e.endpoint.Region, PathStyle: e.endpoint.PathStyle,
+		AccessKeyID: rec.AccessKeyID, SecretAccessKey: string(secret), Access: rec.Access,
+	}
+	if u, err := url.Parse(e.endpoint.URL); err == nil && u.Host != "" {
+		c.URI = (&url.URL{Scheme: "s3", User: url.UserPassword(c.AccessKeyID, c.SecretAccessKey), Host: u.Host, Path: "/" + rec.Bucket}).String()
+	}
+	return c, nil
+}
+
+// Unbind revokes a binding's credential, halting a bind in progress.
+func (e *Engine) Unbind(ctx context.Context, req UnbindRequest) (Result, error) {
+	for range maxCASRetries {
+		rec, err := e.store.Get(ctx, KindBinding, req.BindingID)
+		if errors.Is(err, ErrNotFound) || (err == nil && rec.InstanceID != req.InstanceID) {
+			return Result{}, fmt.Errorf("%w: binding %s of instance %s", ErrGone, req.BindingID, req.InstanceID)
+		} else if err != nil {
+			return Result{}, e.storeErr(err)
+		}
+		switch rec.Phase {
+		case PhaseDeleted:
+			return Result{}, fmt.Errorf("%w: binding %s", ErrGone, req.BindingID)
+		case PhaseDeprovisioning:
+			return e.inFlight(ctx, rec, req.AcceptsIncomplete)
+		}
+		rec.Phase = PhaseDeprovisioning
+		rec.startOp(e.newOp(OpUnbind, req.AcceptsIncomplete, req.Identity))
+		if err := e.save(ctx, rec); errors.Is(err, ErrStale) {
+			continue
+		} else if err != nil {
+			return Result{}, e.storeErr(err)
+		}
+		e.log.Info("Unbinding", "id", rec.ID, "instance", rec.InstanceID, "operation", rec.Op.ID)
+		e.interrupt(KindBinding, rec.ID)
+		return e.started(ctx, rec, OutcomeOK, req.AcceptsIncomplete)
+	}
+	return Result{}, fmt.Errorf("%w: binding %s keeps changing", ErrConcurrency, req.BindingID)
+}
+
+// GetBinding returns a finished binding with its credentials.
+func (e *Engine) GetBinding(ctx context.Context, instanceID, bindingID string) (*BindingView, error) {
+	rec, err := e.store.Get(ctx, KindBinding, bindingID)
+	if errors.Is(err, ErrNotFound) || (err == nil && (rec.InstanceID != instanceID || rec.Phase != PhaseReady)) {
+		return nil, fmt.Errorf("%w: binding %s of instance %s", ErrMissing, bindingID, instanceID)
+	} else if err != nil {
+		return nil, e.storeErr(err)
+	}
+	creds, err := e.credentials(rec)
+	if err != nil {
+		return nil, err
+	}
+	return &BindingView{Credentials: creds, Parameters: rec.Request.Parameters}, nil
+}
+
+// BindingLastOperation answers a poll for a binding operation.
+func (e *Engine) BindingLastOperation(ctx context.Context, instanceID, bindingID, opID string) (LastOperation, error) {
+	return e.lastOperation(ctx, KindBinding, bindingID, instanceID, opID)
+}

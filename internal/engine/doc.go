@@ -1,0 +1,30 @@
+// Package engine is bucketbroker's core: it turns OSB requests for service
+// instances (buckets) and bindings (bucket-scoped credentials) into durable
+// records and drives each record's operation to completion through a Driver.
+//
+// The contract it keeps, whatever the order, repetition or concurrency of
+// requests and whatever crashes in between:
+//
+//   - Intent before side effect. A request first commits a Record (kind, id,
+//     canonical request fingerprint, derived backend names, owner mark and an
+//     operation) with Store.Insert, an atomic create-if-absent. Concurrent
+//     duplicates lose the insert, read the winner's record and answer from it.
+//   - Every later change is a compare-and-swap on the record's version. A
+//     request that supersedes running work (a DELETE during a provision)
+//     swaps in a new operation and interrupts the worker; the old worker's
+//     next write is stale, so it stops without further side effects.
+//   - One worker per record in this process drives the record's current
+//     operation: provision, update, deprovision, bind or unbind. Each step is
+//     an idempotent Driver call ("ensure"), so a step repeated after a crash
+//     adopts what the previous attempt made. Transient errors are retried
+//     with backoff and jitter until the operation's deadline; permanent ones
+//     (ownership conflicts, a non-empty bucket) fail the operation at once.
+//   - Resume, don't abandon: Start picks up every unfinished operation.
+//   - Answers come from the record: the status of a duplicate is derived from
+//     the stored phase, operation and fingerprint, and a repeated bind
+//     returns the stored (sealed) credentials, never a second key.
+//
+// Secret access keys are sealed with a secretbox before they are stored. Keys
+// created by the backend but lost by a crash before they were recorded are
+// deleted by the next EnsureCredential, which keeps only the recorded key.
+package engine

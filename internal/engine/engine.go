@@ -1,0 +1,373 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bucketbroker/bucketbroker/internal/catalog"
+	"github.com/bucketbroker/bucketbroker/internal/secretbox"
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+// Endpoint is how applications reach the buckets: it goes into every
+// binding's credentials.
+type Endpoint struct {
+	URL       string
+	Region    string
+	PathStyle bool
+}
+
+// Options configure an Engine. Store, Driver, Catalog and Box are required.
+type Options struct {
+	Store    Store
+	Driver   driver.Driver
+	Catalog  *catalog.Catalog
+	Box      *secretbox.Box
+	Endpoint Endpoint
+	// Prefix starts every backend bucket and user name (default "bb").
+	Prefix string
+	// AsyncTimeout bounds an asynchronous operation; when it passes, the
+	// operation fails (default 30 minutes).
+	AsyncTimeout time.Duration
+	// SyncTimeout bounds a synchronous operation and how long a synchronous
+	// request waits for it (default 60 seconds).
+	SyncTimeout time.Duration
+	// Logger receives operation logs (default slog.Default()).
+	Logger *slog.Logger
+	// Registerer receives the engine's metrics (nil: not registered).
+	Registerer prometheus.Registerer
+}
+
+// Engine implements the idempotency contract for instances and bindings. It
+// is safe for concurrent use.
+type Engine struct {
+	store    Store
+	driver   driver.Driver
+	catalog  *catalog.Catalog
+	box      *secretbox.Box
+	endpoint Endpoint
+	prefix   string
+	asyncTTL time.Duration
+	syncTTL  time.Duration
+	log      *slog.Logger
+	metrics  *metrics
+
+	base    context.Context
+	stop    context.CancelFunc
+	mu      sync.Mutex
+	workers map[string]*worker
+	changed map[string]chan struct{}
+	wg      sync.WaitGroup
+}
+
+// worker is the one goroutine driving a record's operations in this process.
+type worker struct {
+	cancel context.CancelFunc
+	again  bool
+}
+
+// New returns an Engine. Call Start before serving requests.
+func New(opts Options) (*Engine, error) {
+	if opts.Store == nil || opts.Driver == nil || opts.Catalog == nil || opts.Box == nil {
+		return nil, errors.New("engine: store, driver, catalog and secret box are required")
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = "bb"
+	}
+	if err := driver.ValidatePrefix(opts.Prefix); err != nil {
+		return nil, err
+	}
+	if opts.AsyncTimeout <= 0 {
+		opts.AsyncTimeout = 30 * time.Minute
+	}
+	if opts.SyncTimeout <= 0 {
+		opts.SyncTimeout = 60 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	base, stop := context.WithCancel(context.Background())
+	return &Engine{
+		store: opts.Store, driver: opts.Driver, catalog: opts.Catalog, box: opts.Box,
+		endpoint: opts.Endpoint, prefix: opts.Prefix, asyncTTL: opts.AsyncTimeout,
+		syncTTL: opts.SyncTimeout, log: opts.Logger, metrics: m,
+		base: base, stop: stop, workers: map[string]*worker{}, changed: map[string]chan struct{}{},
+	}, nil
+}
+
+// Start resumes every operation that was unfinished when the previous
+// process stopped.
+func (e *Engine) Start(ctx context.Context) error {
+	recs, err := e.store.List(ctx, ListOptions{Unfinished: true})
+	if err != nil {
+		return fmt.Errorf("list unfinished operations: %w", err)
+	}
+	for _, r := range recs {
+		e.log.Info("Resuming operation", "kind", r.Kind, "id", r.ID, "operation", r.Op.ID, "type", r.Op.Type)
+		e.kick(r.Kind, r.ID)
+	}
+	return nil
+}
+
+// Shutdown stops the workers and waits for them, at most until ctx ends.
+// Unfinished operations stay in progress in the store; the next Start
+// resumes them.
+func (e *Engine) Shutdown(ctx context.Context) error {
+	e.stop()
+	done := make(chan struct{})
+	go func() { e.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for operations to stop: %w", ctx.Err())
+	}
+}
+
+func key(kind Kind, id string) string { return string(kind) + "/" + id }
+
+// kick makes sure a worker drives the record's current operation. A
+// running worker is told to look again when it is done.
+func (e *Engine) kick(kind Kind, id string) {
+	k := key(kind, id)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.base.Err() != nil {
+		return
+	}
+	if w, ok := e.workers[k]; ok {
+		w.again = true
+		return
+	}
+	w := &worker{}
+	e.workers[k] = w
+	e.wg.Add(1)
+	go e.work(kind, id, w)
+}
+
+// interrupt cancels what the record's worker is doing now, so that it turns
+// to the record's new operation at once.
+func (e *Engine) interrupt(kind Kind, id string) {
+	e.mu.Lock()
+	if w, ok := e.workers[key(kind, id)]; ok {
+		w.again = true
+		if w.cancel != nil {
+			w.cancel()
+		}
+	}
+	e.mu.Unlock()
+	e.kick(kind, id)
+}
+
+func (e *Engine) work(kind Kind, id string, w *worker) {
+	defer e.wg.Done()
+	k := key(kind, id)
+	for {
+		ctx, cancel := context.WithCancel(e.base)
+		e.mu.Lock()
+		w.cancel, w.again = cancel, false
+		e.mu.Unlock()
+
+		e.drive(ctx, kind, id)
+		cancel()
+
+		e.mu.Lock()
+		if !w.again || e.base.Err() != nil {
+			delete(e.workers, k)
+			e.mu.Unlock()
+			return
+		}
+		e.mu.Unlock()
+	}
+}
+
+// drive runs the record's operations until one is finished, the worker is
+// interrupted or the engine stops.
+func (e *Engine) drive(ctx context.Context, kind Kind, id string) {
+	for ctx.Err() == nil {
+		rec, err := e.store.Get(ctx, kind, id)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, ErrNotFound) {
+				e.log.Error("Cannot read record; will retry", "kind", kind, "id", id, "error", err)
+				sleep(ctx, time.Second)
+				continue
+			}
+			return
+		}
+		if rec.Op.Finished() {
+			return
+		}
+		err = e.run(ctx, rec)
+		switch {
+		case err == nil, errors.Is(err, ErrStale):
+			// Finished, or superseded: read the record again.
+		case ctx.Err() != nil:
+			return
+		default:
+			e.log.Error("Operation step failed; will retry", "kind", kind, "id", id, "operation", rec.Op.ID, "error", err)
+			sleep(ctx, time.Second)
+		}
+	}
+}
+
+// run carries out rec's current operation to its end.
+func (e *Engine) run(ctx context.Context, rec *Record) error {
+	start := time.Now()
+	e.metrics.inFlight.WithLabelValues(string(rec.Op.Type)).Inc()
+	defer e.metrics.inFlight.WithLabelValues(string(rec.Op.Type)).Dec()
+
+	var err error
+	switch rec.Op.Type {
+	case OpProvision:
+		err = e.provision(ctx, rec)
+	case OpUpdate:
+		err = e.update(ctx, rec)
+	case OpDeprovision:
+		err = e.deprovision(ctx, rec)
+	case OpBind:
+		err = e.bind(ctx, rec)
+	case OpUnbind:
+		err = e.unbind(ctx, rec)
+	default:
+		err = e.finish(ctx, rec, fmt.Errorf("unknown operation type %q", rec.Op.Type))
+	}
+	if err == nil {
+		e.metrics.duration.WithLabelValues(string(rec.Op.Type), string(rec.Op.State)).Observe(time.Since(start).Seconds())
+		lvl := slog.LevelInfo
+		if rec.Op.State == OpFailed {
+			lvl = slog.LevelWarn
+		}
+		e.log.Log(ctx, lvl, "Operation finished", "kind", rec.Kind, "id", rec.ID, "operation", rec.Op.ID,
+			"type", rec.Op.Type, "state", rec.Op.State, "description", rec.Op.Description, "duration", time.Since(start))
+	}
+	return err
+}
+
+// save writes rec (compare-and-swap) and wakes whoever waits on it.
+func (e *Engine) save(ctx context.Context, rec *Record) error {
+	rec.UpdatedAt = time.Now().UTC()
+	if err := e.store.Update(ctx, rec); err != nil {
+		return err
+	}
+	e.notify(rec.Kind, rec.ID)
+	return nil
+}
+
+func (e *Engine) notify(kind Kind, id string) {
+	k := key(kind, id)
+	e.mu.Lock()
+	if ch, ok := e.changed[k]; ok {
+		close(ch)
+		delete(e.changed, k)
+	}
+	e.mu.Unlock()
+}
+
+func (e *Engine) changedCh(kind Kind, id string) <-chan struct{} {
+	k := key(kind, id)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ch, ok := e.changed[k]
+	if !ok {
+		ch = make(chan struct{})
+		e.changed[k] = ch
+	}
+	return ch
+}
+
+// wait blocks until operation opID of the record has finished or has been
+// superseded, and returns the record as it then is. It polls as well as
+// listening, so that it also sees writes by other processes.
+func (e *Engine) wait(ctx context.Context, kind Kind, id, opID string) (*Record, error) {
+	poll := 20 * time.Millisecond
+	for {
+		ch := e.changedCh(kind, id)
+		rec, err := e.store.Get(ctx, kind, id)
+		if err != nil {
+			return nil, e.storeErr(err)
+		}
+		if rec.Op.ID != opID || rec.Op.Finished() {
+			return rec, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: operation %s is still in progress after %s", ErrFailed, opID, e.syncTTL)
+		case <-ch:
+		case <-time.After(poll):
+			poll = min(poll*2, time.Second)
+		}
+	}
+}
+
+// storeErr turns a store failure into an answer for the platform.
+func (e *Engine) storeErr(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	e.log.Error("Store unavailable", "error", err)
+	return fmt.Errorf("%w: the broker's store cannot be reached", ErrUnavailable)
+}
+
+func (e *Engine) newOp(t OpType, async bool, identity string) Operation {
+	ttl := e.syncTTL
+	if async {
+		ttl = e.asyncTTL
+	}
+	now := time.Now().UTC()
+	return Operation{ID: newID(), Type: t, State: OpInProgress, Async: async, Identity: identity,
+		StartedAt: now, Deadline: now.Add(ttl), Description: string(t) + " in progress"}
+}
+
+func newID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+type metrics struct {
+	inFlight *prometheus.GaugeVec
+	duration *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "bucketbroker_operations_in_flight",
+			Help: "Operations being driven by this process, by type.",
+		}, []string{"type"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "bucketbroker_operation_duration_seconds",
+			Help:    "Time to drive an operation to its end, by type and final state.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}, []string{"type", "state"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.inFlight, m.duration} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("register metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}

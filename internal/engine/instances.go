@@ -1,0 +1,321 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bucketbroker/bucketbroker/internal/catalog"
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+// maxCASRetries bounds how often a request re-reads a record that changed
+// under it before it gives up with a concurrency error.
+const maxCASRetries = 20
+
+// Provision creates the instance's record and drives its provision, or
+// answers a duplicate from the stored record (see the table in DESIGN.md).
+func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, error) {
+	if req.InstanceID == "" {
+		return Result{}, invalidf("instance id is empty")
+	}
+	plan, err := e.plan(req.ServiceID, req.PlanID)
+	if err != nil {
+		return Result{}, err
+	}
+	params, err := canonicalObject(req.Parameters)
+	if err != nil {
+		return Result{}, invalidf("parameters: %v", err)
+	}
+	if err := plan.Validate(catalog.ForCreate, params); err != nil {
+		return Result{}, invalidf("%v", err)
+	}
+	if plan.Settings().AsyncRequired && !req.AcceptsIncomplete {
+		return Result{}, fmt.Errorf("%w: plan %q provisions asynchronously only", ErrAsyncRequired, plan.Name)
+	}
+	r := Request{ServiceID: req.ServiceID, PlanID: req.PlanID, Parameters: params,
+		OrganizationGUID: req.OrganizationGUID, SpaceGUID: req.SpaceGUID, Context: req.Context}
+	fresh := e.newInstance(req.InstanceID, r, e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
+
+	err = e.store.Insert(ctx, fresh)
+	if err == nil {
+		e.log.Info("Provisioning instance", "id", req.InstanceID, "plan", plan.Name, "bucket", fresh.Bucket, "operation", fresh.Op.ID)
+		return e.started(ctx, fresh, OutcomeCreated, req.AcceptsIncomplete)
+	}
+	if !errors.Is(err, ErrExists) {
+		return Result{}, e.storeErr(err)
+	}
+	for range maxCASRetries {
+		rec, err := e.store.Get(ctx, KindInstance, req.InstanceID)
+		if err != nil {
+			return Result{}, e.storeErr(err)
+		}
+		if rec.Phase == PhaseDeleted || (rec.Phase == PhaseFailed && rec.Fingerprint == fresh.Fingerprint && rec.Op.Type == OpProvision) {
+			// Provision again: a deleted id may be reused, a failed
+			// provision is retried from the steps it has done.
+			if rec.Phase == PhaseDeleted {
+				rec.BucketAttempted = false
+			}
+			rec.Request, rec.Fingerprint, rec.Phase = r, fresh.Fingerprint, PhaseProvisioning
+			rec.startOp(fresh.Op)
+			if err := e.save(ctx, rec); errors.Is(err, ErrStale) {
+				continue
+			} else if err != nil {
+				return Result{}, e.storeErr(err)
+			}
+			return e.started(ctx, rec, OutcomeCreated, req.AcceptsIncomplete)
+		}
+		if rec.Fingerprint != fresh.Fingerprint {
+			return Result{}, fmt.Errorf("%w: instance %s exists with different attributes", ErrConflict, req.InstanceID)
+		}
+		switch rec.Phase {
+		case PhaseProvisioning:
+			return e.inFlight(ctx, rec, req.AcceptsIncomplete)
+		case PhaseReady, PhaseUpdating:
+			return Result{Outcome: OutcomeOK}, nil
+		default: // deprovisioning, or failed by a later operation
+			return Result{}, fmt.Errorf("%w: instance %s is being deprovisioned, or its deprovision failed", ErrConcurrency, req.InstanceID)
+		}
+	}
+	return Result{}, fmt.Errorf("%w: instance %s keeps changing", ErrConcurrency, req.InstanceID)
+}
+
+func (e *Engine) newInstance(id string, r Request, op Operation) *Record {
+	now := time.Now().UTC()
+	return &Record{
+		Kind: KindInstance, ID: id, Fingerprint: fingerprint("", r), Request: r,
+		Phase: PhaseProvisioning, Op: op,
+		Bucket: driver.BucketName(e.prefix, string(KindInstance), id), Owner: driver.OwnerMark(string(KindInstance), id),
+		CreatedAt: now, UpdatedAt: now,
+	}
+}
+
+// started kicks the worker for an operation this request began, and
+// answers: 202 at once when async, else the outcome once it has finished.
+func (e *Engine) started(ctx context.Context, rec *Record, done Outcome, async bool) (Result, error) {
+	e.kick(rec.Kind, rec.ID)
+	if async {
+		return Result{Outcome: OutcomeAccepted, Operation: rec.Op.ID}, nil
+	}
+	return e.awaitOutcome(ctx, rec, done)
+}
+
+// inFlight answers a duplicate of an operation in progress: the same
+// operation when async, else the outcome once it has finished.
+func (e *Engine) inFlight(ctx context.Context, rec *Record, async bool) (Result, error) {
+	if async {
+		return Result{Outcome: OutcomeAccepted, Operation: rec.Op.ID}, nil
+	}
+	e.kick(rec.Kind, rec.ID) // after a restart there may be no worker yet
+	return e.awaitOutcome(ctx, rec, OutcomeOK)
+}
+
+func (e *Engine) awaitOutcome(ctx context.Context, rec *Record, done Outcome) (Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.syncTTL+5*time.Second)
+	defer cancel()
+	opID := rec.Op.ID
+	end, err := e.wait(ctx, rec.Kind, rec.ID, opID)
+	if err != nil {
+		return Result{}, err
+	}
+	if end.Op.ID != opID {
+		return Result{}, fmt.Errorf("%w: %s %s was superseded by %s", ErrConcurrency, rec.Kind, rec.ID, end.Op.Type)
+	}
+	if end.Op.State == OpFailed {
+		return Result{}, fmt.Errorf("%w: %s", ErrFailed, end.Op.Description)
+	}
+	return Result{Outcome: done}, nil
+}
+
+// Update changes an instance's plan or parameters.
+func (e *Engine) Update(ctx context.Context, req UpdateRequest) (Result, error) {
+	params, err := canonicalObject(req.Parameters)
+	if err != nil {
+		return Result{}, invalidf("parameters: %v", err)
+	}
+	for range maxCASRetries {
+		rec, err := e.store.Get(ctx, KindInstance, req.InstanceID)
+		if errors.Is(err, ErrNotFound) {
+			return Result{}, fmt.Errorf("%w: instance %s does not exist", ErrMissing, req.InstanceID)
+		} else if err != nil {
+			return Result{}, e.storeErr(err)
+		}
+		target, plan, err := e.updateTarget(ctx, rec, req, params)
+		if err != nil {
+			return Result{}, err
+		}
+		switch rec.Phase {
+		case PhaseReady:
+		case PhaseUpdating:
+			if t := rec.Op.Target; t != nil && t.PlanID == target.PlanID && bytes.Equal(t.Parameters, target.Parameters) {
+				return e.inFlight(ctx, rec, req.AcceptsIncomplete)
+			}
+			return Result{}, fmt.Errorf("%w: instance %s is being updated", ErrConcurrency, req.InstanceID)
+		case PhaseProvisioning, PhaseDeprovisioning:
+			return Result{}, fmt.Errorf("%w: instance %s is being %s", ErrConcurrency, req.InstanceID, rec.Op.Type+"ed")
+		case PhaseDeleted:
+			return Result{}, fmt.Errorf("%w: instance %s does not exist", ErrMissing, req.InstanceID)
+		default:
+			return Result{}, fmt.Errorf("%w: instance %s failed; deprovision it", ErrUnprocessable, req.InstanceID)
+		}
+		if target.PlanID == rec.Request.PlanID && bytes.Equal(target.Parameters, rec.Request.Parameters) {
+			return Result{Outcome: OutcomeOK}, nil // nothing to change
+		}
+		if plan.Settings().AsyncRequired && !req.AcceptsIncomplete {
+			return Result{}, fmt.Errorf("%w: plan %q updates asynchronously only", ErrAsyncRequired, plan.Name)
+		}
+		rec.Phase = PhaseUpdating
+		rec.startOp(e.newOp(OpUpdate, req.AcceptsIncomplete, req.Identity))
+		rec.Op.Target = &target
+		if err := e.save(ctx, rec); errors.Is(err, ErrStale) {
+			continue
+		} else if err != nil {
+			return Result{}, e.storeErr(err)
+		}
+		e.log.Info("Updating instance", "id", rec.ID, "plan", plan.Name, "operation", rec.Op.ID)
+		return e.started(ctx, rec, OutcomeOK, req.AcceptsIncomplete)
+	}
+	return Result{}, fmt.Errorf("%w: instance %s keeps changing", ErrConcurrency, req.InstanceID)
+}
+
+// updateTarget checks an update against the catalog and the instance's
+// bindings, and returns the request the instance will have after it.
+func (e *Engine) updateTarget(ctx context.Context, rec *Record, req UpdateRequest, params []byte) (Request, *catalog.Plan, error) {
+	if req.ServiceID != rec.Request.ServiceID {
+		return Request{}, nil, invalidf("service_id %q is not the instance's service", req.ServiceID)
+	}
+	planID := req.PlanID
+	if planID == "" {
+		planID = rec.Request.PlanID
+	}
+	plan, err := e.plan(req.ServiceID, planID)
+	if err != nil {
+		return Request{}, nil, err
+	}
+	if planID != rec.Request.PlanID {
+		old, err := e.catalog.Lookup(rec.Request.ServiceID, rec.Request.PlanID)
+		if err == nil && !old.Updateable() || !plan.Updateable() {
+			return Request{}, nil, fmt.Errorf("%w: plan %q cannot be changed to %q", ErrUnprocessable, rec.Request.PlanID, plan.Name)
+		}
+		bindings, err := e.store.List(ctx, ListOptions{Kind: KindBinding, InstanceID: rec.ID})
+		if err != nil {
+			return Request{}, nil, e.storeErr(err)
+		}
+		for _, b := range bindings {
+			if b.Phase != PhaseDeleted && !plan.Settings().AllowsAccess(driver.Access(b.Access)) {
+				return Request{}, nil, fmt.Errorf("%w: binding %s has %s access, which plan %q does not allow; unbind it first",
+					ErrUnprocessable, b.ID, b.Access, plan.Name)
+			}
+		}
+	}
+	if err := plan.Validate(catalog.ForUpdate, params); err != nil {
+		return Request{}, nil, invalidf("%v", err)
+	}
+	merged, err := mergeParams(rec.Request.Parameters, params)
+	if err != nil {
+		return Request{}, nil, invalidf("parameters: %v", err)
+	}
+	t := rec.Request
+	t.PlanID, t.Parameters = planID, merged
+	if len(req.Context) > 0 {
+		t.Context = req.Context
+	}
+	return t, plan, nil
+}
+
+// Deprovision deletes an instance: it halts a provision in progress,
+// revokes the instance's bindings and deletes the bucket.
+func (e *Engine) Deprovision(ctx context.Context, req DeprovisionRequest) (Result, error) {
+	for range maxCASRetries {
+		rec, err := e.store.Get(ctx, KindInstance, req.InstanceID)
+		if errors.Is(err, ErrNotFound) {
+			return Result{}, fmt.Errorf("%w: instance %s", ErrGone, req.InstanceID)
+		} else if err != nil {
+			return Result{}, e.storeErr(err)
+		}
+		if plan, err := e.catalog.Lookup(rec.Request.ServiceID, rec.Request.PlanID); err == nil &&
+			plan.Settings().AsyncRequired && !req.AcceptsIncomplete && rec.Phase != PhaseDeleted {
+			return Result{}, fmt.Errorf("%w: plan %q deprovisions asynchronously only", ErrAsyncRequired, plan.Name)
+		}
+		switch rec.Phase {
+		case PhaseDeleted:
+			return Result{}, fmt.Errorf("%w: instance %s", ErrGone, req.InstanceID)
+		case PhaseDeprovisioning:
+			return e.inFlight(ctx, rec, req.AcceptsIncomplete)
+		case PhaseUpdating:
+			return Result{}, fmt.Errorf("%w: instance %s is being updated", ErrConcurrency, req.InstanceID)
+		}
+		halting := rec.Phase == PhaseProvisioning
+		rec.Phase = PhaseDeprovisioning
+		rec.startOp(e.newOp(OpDeprovision, req.AcceptsIncomplete, req.Identity))
+		if err := e.save(ctx, rec); errors.Is(err, ErrStale) {
+			continue
+		} else if err != nil {
+			return Result{}, e.storeErr(err)
+		}
+		e.log.Info("Deprovisioning instance", "id", rec.ID, "halting_provision", halting, "operation", rec.Op.ID)
+		e.interrupt(KindInstance, rec.ID)
+		return e.started(ctx, rec, OutcomeOK, req.AcceptsIncomplete)
+	}
+	return Result{}, fmt.Errorf("%w: instance %s keeps changing", ErrConcurrency, req.InstanceID)
+}
+
+// GetInstance returns a provisioned instance.
+func (e *Engine) GetInstance(ctx context.Context, id string) (*InstanceView, error) {
+	rec, err := e.store.Get(ctx, KindInstance, id)
+	if errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("%w: instance %s", ErrMissing, id)
+	} else if err != nil {
+		return nil, e.storeErr(err)
+	}
+	switch rec.Phase {
+	case PhaseReady, PhaseDeprovisioning:
+	case PhaseUpdating:
+		return nil, fmt.Errorf("%w: instance %s is being updated", ErrConcurrency, id)
+	default:
+		return nil, fmt.Errorf("%w: instance %s is %s", ErrMissing, id, rec.Phase)
+	}
+	return &InstanceView{ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID,
+		Parameters: rec.Request.Parameters, Bucket: rec.Bucket}, nil
+}
+
+// InstanceLastOperation answers a poll for an instance operation.
+func (e *Engine) InstanceLastOperation(ctx context.Context, id, opID string) (LastOperation, error) {
+	return e.lastOperation(ctx, KindInstance, id, "", opID)
+}
+
+func (e *Engine) lastOperation(ctx context.Context, kind Kind, id, instanceID, opID string) (LastOperation, error) {
+	rec, err := e.store.Get(ctx, kind, id)
+	if errors.Is(err, ErrNotFound) || (err == nil && instanceID != "" && rec.InstanceID != instanceID) {
+		return LastOperation{}, fmt.Errorf("%w: %s %s", ErrMissing, kind, id)
+	} else if err != nil {
+		return LastOperation{}, e.storeErr(err)
+	}
+	op, ok := rec.findOp(opID)
+	if !ok {
+		if rec.Phase == PhaseDeleted {
+			return LastOperation{Gone: true}, nil
+		}
+		return LastOperation{}, fmt.Errorf("%w: operation %q of %s %s", ErrMissing, opID, kind, id)
+	}
+	if !op.Finished() && time.Now().After(op.Deadline.Add(time.Minute)) {
+		// Its worker should have failed it at the deadline; make sure a
+		// worker is on it (after a restart, or on another replica's death).
+		e.kick(kind, id)
+	}
+	return LastOperation{State: op.State, Description: op.Description}, nil
+}
+
+// plan looks up a plan, mapping an unknown id to ErrInvalid.
+func (e *Engine) plan(serviceID, planID string) (*catalog.Plan, error) {
+	if serviceID == "" || planID == "" {
+		return nil, invalidf("service_id and plan_id are required")
+	}
+	p, err := e.catalog.Lookup(serviceID, planID)
+	if err != nil {
+		return nil, invalidf("%v", err)
+	}
+	return p, nil
+}

@@ -1,0 +1,282 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+// giveUp marks an error that ends the operation (permanent, or past the
+// deadline) as opposed to one that only interrupts the worker.
+type giveUp struct{ err error }
+
+func (g giveUp) Error() string { return g.err.Error() }
+func (g giveUp) Unwrap() error { return g.err }
+
+// step runs one idempotent backend call, retrying transient errors with
+// exponential backoff and full jitter until the operation's deadline. While
+// it retries, the operation's description says why, for pollers.
+func (e *Engine) step(ctx context.Context, rec *Record, what string, call func(context.Context) error) error {
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := call(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if driver.Permanent(err) {
+			return giveUp{fmt.Errorf("%s: %w", what, err)}
+		}
+		if time.Now().After(rec.Op.Deadline) {
+			return giveUp{fmt.Errorf("%s: gave up after %d attempts at the operation deadline: %w", what, attempt, err)}
+		}
+		desc := fmt.Sprintf("%s: backend error, retrying: %v", what, err)
+		if rec.Op.Description != desc {
+			rec.Op.Description = desc
+			if err := e.save(ctx, rec); err != nil {
+				return err
+			}
+		}
+		e.log.Warn("Backend call failed; retrying", "kind", rec.Kind, "id", rec.ID, "step", what, "attempt", attempt, "error", err)
+		sleep(ctx, rand.N(backoff)+time.Millisecond)
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// fail ends the operation with err, unless err only means the worker was
+// interrupted or superseded: then the operation stays as it is.
+func (e *Engine) fail(ctx context.Context, rec *Record, err error) error {
+	var g giveUp
+	if errors.As(err, &g) || (ctx.Err() == nil && !errors.Is(err, ErrStale) && !errors.Is(err, context.Canceled)) {
+		return e.finish(ctx, rec, err)
+	}
+	return err
+}
+
+// finish ends the record's operation: with success when err is nil, with
+// failure otherwise, and moves the record to the phase that follows.
+func (e *Engine) finish(ctx context.Context, rec *Record, err error) error {
+	op := &rec.Op
+	op.EndedAt = time.Now().UTC()
+	if err == nil {
+		op.State, op.Description = OpSucceeded, string(op.Type)+" succeeded"
+	} else {
+		op.State, op.Description = OpFailed, fmt.Sprintf("%s failed: %v", op.Type, err)
+	}
+	ok := err == nil
+	switch op.Type {
+	case OpProvision, OpBind:
+		rec.Phase = pick(ok, PhaseReady, PhaseFailed)
+	case OpUpdate:
+		rec.Phase = PhaseReady // a failed update leaves the instance as it was
+		if ok && op.Target != nil {
+			rec.Request = *op.Target
+		}
+	case OpDeprovision, OpUnbind:
+		rec.Phase = pick(ok, PhaseDeleted, PhaseFailed)
+		if ok {
+			rec.SealedSecret = nil // never keep the secret of a revoked key
+		}
+	default:
+		rec.Phase = PhaseFailed
+	}
+	return e.save(ctx, rec)
+}
+
+func pick[T any](cond bool, a, b T) T {
+	if cond {
+		return a
+	}
+	return b
+}
+
+func (e *Engine) provision(ctx context.Context, rec *Record) error {
+	var p instanceParams
+	if err := decodeParams(rec.Request.Parameters, &p); err != nil {
+		return e.finish(ctx, rec, fmt.Errorf("stored parameters: %w", err))
+	}
+	if !rec.BucketAttempted {
+		// Before our first create attempt, anything under our name is not
+		// ours. After it (recorded durably), an unmarked bucket can be our
+		// own, made by an attempt that crashed before marking it.
+		var obs driver.Observation
+		err := e.step(ctx, rec, "observe bucket", func(ctx context.Context) (err error) {
+			obs, err = e.driver.Observe(ctx, driver.ObserveRequest{Bucket: rec.Bucket})
+			return err
+		})
+		if err != nil {
+			return e.fail(ctx, rec, err)
+		}
+		if obs.BucketExists && obs.BucketOwner != rec.Owner {
+			return e.finish(ctx, rec, fmt.Errorf("bucket %q exists and is not this instance's: %w", rec.Bucket, driver.ErrOwnedByOther))
+		}
+		rec.BucketAttempted = true
+		if err := e.save(ctx, rec); err != nil {
+			return err
+		}
+	}
+	err := e.step(ctx, rec, "create bucket", func(ctx context.Context) error {
+		return e.driver.EnsureBucket(ctx, driver.BucketSpec{Name: rec.Bucket, Owner: rec.Owner, Tags: p.Labels, AdoptUnmarked: true})
+	})
+	if err != nil {
+		return e.fail(ctx, rec, err)
+	}
+	return e.finish(ctx, rec, nil)
+}
+
+func (e *Engine) update(ctx context.Context, rec *Record) error {
+	target := rec.Op.Target
+	if target == nil {
+		return e.finish(ctx, rec, errors.New("update without a target"))
+	}
+	var p instanceParams
+	if err := decodeParams(target.Parameters, &p); err != nil {
+		return e.finish(ctx, rec, fmt.Errorf("stored parameters: %w", err))
+	}
+	err := e.step(ctx, rec, "update bucket", func(ctx context.Context) error {
+		return e.driver.EnsureBucket(ctx, driver.BucketSpec{Name: rec.Bucket, Owner: rec.Owner, Tags: p.Labels})
+	})
+	if err != nil {
+		return e.fail(ctx, rec, err)
+	}
+	return e.finish(ctx, rec, nil)
+}
+
+func (e *Engine) deprovision(ctx context.Context, rec *Record) error {
+	if err := e.revokeBindings(ctx, rec); err != nil {
+		return e.fail(ctx, rec, err)
+	}
+	if rec.BucketAttempted {
+		purge, err := e.purgeOnDelete(rec)
+		if err != nil {
+			return e.finish(ctx, rec, err)
+		}
+		err = e.step(ctx, rec, "delete bucket", func(ctx context.Context) error {
+			return e.driver.DeleteBucket(ctx, rec.Bucket, rec.Owner, purge)
+		})
+		if errors.Is(err, driver.ErrOwnedByOther) {
+			// Never delete what we did not create; it is not ours to clean.
+			e.log.Warn("Bucket is not this instance's; left in place", "id", rec.ID, "bucket", rec.Bucket)
+			err = nil
+		}
+		if errors.Is(err, driver.ErrBucketNotEmpty) {
+			err = giveUp{fmt.Errorf("bucket %q is not empty: delete its objects, or update the instance with {\"purge_on_delete\": true}, then deprovision again", rec.Bucket)}
+		}
+		if err != nil {
+			return e.fail(ctx, rec, err)
+		}
+	}
+	return e.finish(ctx, rec, nil)
+}
+
+func (e *Engine) purgeOnDelete(rec *Record) (bool, error) {
+	var p instanceParams
+	if err := decodeParams(rec.Request.Parameters, &p); err != nil {
+		return false, fmt.Errorf("stored parameters: %w", err)
+	}
+	if p.PurgeOnDelete != nil {
+		return *p.PurgeOnDelete, nil
+	}
+	plan, err := e.catalog.Lookup(rec.Request.ServiceID, rec.Request.PlanID)
+	if err != nil {
+		return false, nil // a plan removed from the catalog: the safe default
+	}
+	return plan.Settings().PurgeOnDelete, nil
+}
+
+// revokeBindings turns every live binding of the instance into an unbind
+// and waits until all are deleted. Each binding's own worker revokes it, so
+// a bind still running is halted before its credential is revoked.
+func (e *Engine) revokeBindings(ctx context.Context, inst *Record) error {
+	poll := 20 * time.Millisecond
+	for {
+		bindings, err := e.store.List(ctx, ListOptions{Kind: KindBinding, InstanceID: inst.ID})
+		if err != nil {
+			return err
+		}
+		pending, failed := 0, 0
+		for _, b := range bindings {
+			if b.Phase == PhaseDeleted {
+				continue
+			}
+			pending++
+			switch {
+			case b.Op.Type == OpUnbind && !b.Op.Finished():
+				e.kick(KindBinding, b.ID)
+			case b.Op.Type == OpUnbind && b.Op.State == OpFailed:
+				failed++
+				fallthrough
+			default:
+				b.startOp(e.newOp(OpUnbind, true, "deprovision of instance "+inst.ID))
+				b.Op.Deadline = inst.Op.Deadline
+				b.Phase = PhaseDeprovisioning
+				if err := e.save(ctx, b); err != nil && !errors.Is(err, ErrStale) {
+					return err
+				}
+				e.interrupt(KindBinding, b.ID)
+			}
+		}
+		if pending == 0 {
+			return nil
+		}
+		if time.Now().After(inst.Op.Deadline) {
+			return giveUp{fmt.Errorf("%d of its bindings could not be revoked before the deadline (%d failed)", pending, failed)}
+		}
+		sleep(ctx, poll)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		poll = min(2*poll, time.Second)
+	}
+}
+
+func (e *Engine) bind(ctx context.Context, rec *Record) error {
+	var cred driver.Credential
+	err := e.step(ctx, rec, "create credential", func(ctx context.Context) (err error) {
+		cred, err = e.driver.EnsureCredential(ctx, driver.CredentialSpec{
+			UserName: rec.UserName, Owner: rec.Owner, Bucket: rec.Bucket,
+			Access: driver.Access(rec.Access), KeepKeyID: rec.AccessKeyID,
+		})
+		return err
+	})
+	if err != nil {
+		return e.fail(ctx, rec, err)
+	}
+	if cred.SecretAccessKey != "" {
+		// A new key: record it before anyone is told about it. If we crash
+		// before this write, the next EnsureCredential deletes the key.
+		sealed, err := e.box.Seal([]byte(cred.SecretAccessKey), sealContext(rec))
+		if err != nil {
+			return e.finish(ctx, rec, err)
+		}
+		rec.AccessKeyID, rec.SealedSecret = cred.AccessKeyID, sealed
+		if err := e.save(ctx, rec); err != nil {
+			return err
+		}
+	} else if cred.AccessKeyID != rec.AccessKeyID || len(rec.SealedSecret) == 0 {
+		return e.finish(ctx, rec, fmt.Errorf("driver kept key %q but the record holds %q", cred.AccessKeyID, rec.AccessKeyID))
+	}
+	return e.finish(ctx, rec, nil)
+}
+
+func (e *Engine) unbind(ctx context.Context, rec *Record) error {
+	err := e.step(ctx, rec, "revoke credential", func(ctx context.Context) error {
+		return e.driver.RevokeCredential(ctx, rec.UserName, rec.Owner)
+	})
+	if errors.Is(err, driver.ErrOwnedByOther) {
+		e.log.Warn("Backend user is not this binding's; left in place", "id", rec.ID, "user", rec.UserName)
+		err = nil
+	}
+	if err != nil {
+		return e.fail(ctx, rec, err)
+	}
+	return e.finish(ctx, rec, nil)
+}
+
+func sealContext(rec *Record) string { return "binding/" + rec.ID }
