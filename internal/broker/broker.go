@@ -1,0 +1,335 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/bucketbroker/bucketbroker/internal/catalog"
+	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
+	"github.com/bucketbroker/bucketbroker/internal/engine"
+	"github.com/bucketbroker/bucketbroker/internal/osb"
+	"github.com/bucketbroker/bucketbroker/internal/s3gateway"
+	"github.com/bucketbroker/bucketbroker/internal/secretbox"
+	"github.com/bucketbroker/bucketbroker/internal/store/sqlite"
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+// Drivers bucketbroker can use.
+const (
+	// DriverEmbedded starts an S3 + IAM server in-process and uses the
+	// s3iam driver against it.
+	DriverEmbedded = "embedded"
+	// DriverS3IAM uses any external S3 + IAM API endpoint.
+	DriverS3IAM = "s3iam"
+)
+
+// Config is everything `bucketbroker serve` needs.
+type Config struct {
+	// Listen is the OSB API address.
+	Listen string
+	// DataDir holds the state file, the encryption key and, for the
+	// embedded driver, objects and IAM data.
+	DataDir string
+	// Store is the SQLite state file; empty means DataDir/bucketbroker.db.
+	Store string
+	// Username and Password protect the OSB API; empty ones are generated.
+	Username, Password string
+	// CatalogFile replaces the built-in catalog.
+	CatalogFile string
+	// EncryptionKeyFile holds the key that seals stored secrets; empty
+	// means DataDir/encryption.key, created when missing.
+	EncryptionKeyFile string
+
+	Driver string
+	// S3Listen and IAMListen are the embedded server's addresses.
+	S3Listen, IAMListen string
+	// S3Endpoint, IAMEndpoint, Region and PathStyle are the s3iam driver's
+	// external endpoint.
+	S3Endpoint, IAMEndpoint, Region string
+	PathStyle                       bool
+	// PublicS3Endpoint is the S3 URL given to applications in credentials;
+	// empty means the endpoint the driver uses.
+	PublicS3Endpoint string
+	// RootAccessKey and RootSecretKey are the backend root credentials;
+	// for the embedded driver, empty ones are generated and kept in the
+	// data dir.
+	RootAccessKey, RootSecretKey string
+
+	// Prefix starts backend bucket and user names.
+	Prefix string
+	// AsyncTimeout and SyncTimeout bound operations (see engine.Options).
+	AsyncTimeout, SyncTimeout time.Duration
+
+	Logger *slog.Logger
+}
+
+// Broker is a running bucketbroker.
+type Broker struct {
+	cfg      Config
+	log      *slog.Logger
+	store    *sqlite.Store
+	gateway  *s3gateway.Server
+	engine   *engine.Engine
+	server   *http.Server
+	listener net.Listener
+	// Generated tells which secrets were generated at this start.
+	Generated Generated
+	// URL is the OSB API base URL; S3Endpoint and IAMEndpoint the backend's.
+	URL, S3Endpoint, IAMEndpoint string
+	// Username and Password are the OSB API credentials in force.
+	Username, Password string
+	// RootAccessKey and RootSecretKey are the backend root credentials.
+	RootAccessKey, RootSecretKey string
+	serveErr                     chan error
+}
+
+// Generated says which credentials did not come from the caller (so the
+// caller prints them: nobody else knows them).
+type Generated struct {
+	// BrokerCredentials were generated at this start.
+	BrokerCredentials bool
+	// RootCredentials were generated now or at an earlier start, and are
+	// kept in the data dir.
+	RootCredentials bool
+}
+
+// Start brings every part up, in order, and starts serving the OSB API.
+func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
+	b := &Broker{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 1)}
+	if b.log == nil {
+		b.log = slog.Default()
+	}
+	defer func() {
+		if err != nil {
+			b.close(context.Background())
+		}
+	}()
+	if cfg.DataDir, err = filepath.Abs(cfg.DataDir); err != nil { // the embedded server changes the working directory
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	cat := catalog.Default()
+	if cfg.CatalogFile != "" {
+		if cat, err = catalog.Load(cfg.CatalogFile); err != nil {
+			return nil, err
+		}
+	}
+	catJSON, err := cat.JSON()
+	if err != nil {
+		return nil, fmt.Errorf("catalog: %w", err)
+	}
+	keyFile := cfg.EncryptionKeyFile
+	if keyFile == "" {
+		keyFile = filepath.Join(cfg.DataDir, "encryption.key")
+	}
+	key, _, err := secretbox.LoadOrCreateKeyFile(keyFile)
+	if err != nil {
+		return nil, err
+	}
+	box, err := secretbox.New(key)
+	if err != nil {
+		return nil, err
+	}
+	storePath := cfg.Store
+	if storePath == "" {
+		storePath = filepath.Join(cfg.DataDir, "bucketbroker.db")
+	}
+	if b.store, err = sqlite.Open(ctx, storePath); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+
+	drv, endpoint, err := b.startBackend(ctx, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	obsCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err = drv.Observe(obsCtx, driver.ObserveRequest{})
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("storage backend check failed: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	b.engine, err = engine.New(engine.Options{
+		Store: b.store, Driver: drv, Catalog: cat, Box: box, Endpoint: endpoint, Prefix: cfg.Prefix,
+		AsyncTimeout: cfg.AsyncTimeout, SyncTimeout: cfg.SyncTimeout, Logger: b.log, Registerer: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := b.engine.Start(ctx); err != nil {
+		return nil, err
+	}
+
+	b.Username, b.Password = cfg.Username, cfg.Password
+	if b.Username == "" || b.Password == "" {
+		if b.Username == "" {
+			b.Username = "broker"
+		}
+		if b.Password == "" {
+			b.Password = randomString(24)
+		}
+		b.Generated.BrokerCredentials = true
+	}
+	h, err := osb.NewHandler(osb.Options{
+		Instances: b.engine, Bindings: b.engine, Catalog: catJSON,
+		Username: b.Username, Password: b.Password, Logger: b.log,
+		Registerer: reg, Gatherer: reg, Ready: b.ready(drv),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if b.listener, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("listen for the OSB API on %s: %w", cfg.Listen, err)
+	}
+	b.URL = "http://" + b.listener.Addr().String()
+	b.server = &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      2 * time.Minute, // a sync request may wait for its operation
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
+	go func() { b.serveErr <- b.server.Serve(b.listener) }()
+	return b, nil
+}
+
+func (b *Broker) startBackend(ctx context.Context, cfg *Config) (driver.Driver, engine.Endpoint, error) {
+	dcfg := s3iam.Config{Region: cfg.Region, PathStyle: cfg.PathStyle}
+	switch cfg.Driver {
+	case DriverEmbedded, "":
+		var err error
+		if cfg.RootAccessKey == "" || cfg.RootSecretKey == "" {
+			cfg.RootAccessKey, cfg.RootSecretKey, err = rootCredentials(filepath.Join(cfg.DataDir, "s3-root-credentials.json"))
+			if err != nil {
+				return nil, engine.Endpoint{}, err
+			}
+			b.Generated.RootCredentials = true
+		}
+		b.gateway, err = s3gateway.Start(ctx, s3gateway.Config{
+			DataDir: filepath.Join(cfg.DataDir, "s3"), S3Listen: cfg.S3Listen, IAMListen: cfg.IAMListen,
+			RootAccessKey: cfg.RootAccessKey, RootSecretKey: cfg.RootSecretKey, Region: cfg.Region,
+		})
+		if err != nil {
+			return nil, engine.Endpoint{}, err
+		}
+		dcfg.S3Endpoint, dcfg.IAMEndpoint, dcfg.Region, dcfg.PathStyle = b.gateway.S3Endpoint(), b.gateway.IAMEndpoint(), b.gateway.Region(), true
+	case DriverS3IAM:
+		dcfg.S3Endpoint, dcfg.IAMEndpoint = cfg.S3Endpoint, cfg.IAMEndpoint
+	default:
+		return nil, engine.Endpoint{}, fmt.Errorf("unknown driver %q (want %s or %s)", cfg.Driver, DriverEmbedded, DriverS3IAM)
+	}
+	dcfg.AccessKeyID, dcfg.SecretAccessKey = cfg.RootAccessKey, cfg.RootSecretKey
+	b.RootAccessKey, b.RootSecretKey = cfg.RootAccessKey, cfg.RootSecretKey
+	b.S3Endpoint, b.IAMEndpoint = dcfg.S3Endpoint, dcfg.IAMEndpoint
+	drv, err := s3iam.New(dcfg)
+	if err != nil {
+		return nil, engine.Endpoint{}, err
+	}
+	region := dcfg.Region
+	if region == "" {
+		region = "us-east-1"
+	}
+	public := cfg.PublicS3Endpoint
+	if public == "" {
+		public = dcfg.S3Endpoint
+	}
+	return drv, engine.Endpoint{URL: public, Region: region, PathStyle: dcfg.PathStyle}, nil
+}
+
+func (b *Broker) ready(drv driver.Driver) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if _, err := b.store.Get(ctx, engine.KindInstance, "readiness-probe"); err != nil && !errors.Is(err, engine.ErrNotFound) {
+			return fmt.Errorf("store: %w", err)
+		}
+		if _, err := drv.Observe(ctx, driver.ObserveRequest{}); err != nil {
+			return fmt.Errorf("storage backend: %w", err)
+		}
+		return nil
+	}
+}
+
+// Engine returns the running engine.
+func (b *Broker) Engine() *engine.Engine { return b.engine }
+
+// Done is closed with the error that stopped the HTTP server.
+func (b *Broker) Done() <-chan error { return b.serveErr }
+
+// Shutdown stops the broker: no new requests, workers stopped (their
+// operations resume on the next start), embedded server stopped, store
+// closed.
+func (b *Broker) Shutdown(ctx context.Context) error {
+	return b.close(ctx)
+}
+
+func (b *Broker) close(ctx context.Context) error {
+	var errs []error
+	if b.server != nil {
+		errs = append(errs, b.server.Shutdown(ctx))
+	}
+	if b.engine != nil {
+		errs = append(errs, b.engine.Shutdown(ctx))
+	}
+	if b.gateway != nil {
+		errs = append(errs, b.gateway.Stop(ctx))
+	}
+	if b.store != nil {
+		errs = append(errs, b.store.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// rootCredentials loads the embedded server's root keys from path, or
+// generates and stores them (0600) on first start.
+func rootCredentials(path string) (access, secret string, err error) {
+	var c struct {
+		AccessKey string `json:"accessKey"`
+		SecretKey string `json:"secretKey"`
+	}
+	data, err := os.ReadFile(path)
+	if err == nil {
+		if err := json.Unmarshal(data, &c); err != nil || c.AccessKey == "" || c.SecretKey == "" {
+			return "", "", fmt.Errorf("embedded S3 root credentials file %s is corrupt; remove it only together with the data dir's s3 folder", path)
+		}
+		return c.AccessKey, c.SecretKey, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", "", fmt.Errorf("read embedded S3 root credentials: %w", err)
+	}
+	c.AccessKey = "BBROOT" + strings.ToUpper(randomString(14))[:14]
+	c.SecretKey = randomString(40)
+	data, _ = json.Marshal(c)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return "", "", fmt.Errorf("store embedded S3 root credentials: %w", err)
+	}
+	return c.AccessKey, c.SecretKey, nil
+}
+
+func randomString(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	s := base64.RawURLEncoding.EncodeToString(b)
+	s = strings.NewReplacer("-", "a", "_", "b").Replace(s)
+	return s[:n]
+}

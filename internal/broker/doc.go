@@ -1,0 +1,12 @@
+// Package broker assembles a running bucketbroker from its parts: the state
+// store, the storage driver (and, by default, the embedded S3 + IAM server it
+// talks to over loopback), the engine and the OSB HTTP door.
+//
+// It owns start-up order and shutdown order. Start-up checks each part
+// before the broker takes requests (the store opens and migrates, the
+// backend answers and accepts the root credentials), so that a wrong
+// endpoint or key is one clear line at start, not an error on the first
+// user request. Shutdown stops taking requests, lets the engine's workers
+// stop (unfinished operations stay recorded and resume on the next start),
+// then stops the embedded server and closes the store.
+package broker
