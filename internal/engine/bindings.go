@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
+	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
@@ -151,6 +152,7 @@ func (e *Engine) bindStarted(ctx context.Context, rec *Record, async bool) (Bind
 		}
 		return BindResult{}, fmt.Errorf("%w: instance %s is being deprovisioned", ErrConcurrency, rec.InstanceID)
 	}
+	crashpoint.Hit("bind/record-written")
 	e.log.Info("Binding", "id", rec.ID, "instance", rec.InstanceID, "user", rec.UserName, "access", rec.Access, "operation", rec.Op.ID)
 	res, err := e.started(ctx, rec, OutcomeCreated, async)
 	return e.withCredentials(ctx, rec, res, err)
@@ -208,6 +210,7 @@ func (e *Engine) Unbind(ctx context.Context, req UnbindRequest) (Result, error) 
 		} else if err != nil {
 			return Result{}, e.storeErr(err)
 		}
+		crashpoint.Hit("unbind/record-written")
 		e.log.Info("Unbinding", "id", rec.ID, "instance", rec.InstanceID, "operation", rec.Op.ID)
 		e.interrupt(KindBinding, rec.ID)
 		return e.started(ctx, rec, OutcomeOK, req.AcceptsIncomplete)

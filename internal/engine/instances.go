@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
+	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
@@ -41,6 +42,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 
 	err = e.store.Insert(ctx, fresh)
 	if err == nil {
+		crashpoint.Hit("provision/record-written")
 		e.log.Info("Provisioning instance", "id", req.InstanceID, "plan", plan.Name, "bucket", fresh.Bucket, "operation", fresh.Op.ID)
 		return e.started(ctx, fresh, OutcomeCreated, req.AcceptsIncomplete)
 	}
@@ -65,6 +67,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 			} else if err != nil {
 				return Result{}, e.storeErr(err)
 			}
+			crashpoint.Hit("provision/record-written")
 			return e.started(ctx, rec, OutcomeCreated, req.AcceptsIncomplete)
 		}
 		if rec.Fingerprint != fresh.Fingerprint {
@@ -255,6 +258,7 @@ func (e *Engine) Deprovision(ctx context.Context, req DeprovisionRequest) (Resul
 		} else if err != nil {
 			return Result{}, e.storeErr(err)
 		}
+		crashpoint.Hit("deprovision/record-written")
 		e.log.Info("Deprovisioning instance", "id", rec.ID, "halting_provision", halting, "operation", rec.Op.ID)
 		e.interrupt(KindInstance, rec.ID)
 		return e.started(ctx, rec, OutcomeOK, req.AcceptsIncomplete)

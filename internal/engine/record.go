@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -152,6 +153,11 @@ func (r *Record) startOp(op Operation) {
 	if r.Op.ID != "" {
 		prev := r.Op
 		prev.Target = nil
+		if !prev.Finished() {
+			// A poll for the halted operation must not see it run forever.
+			prev.State, prev.EndedAt = OpFailed, op.StartedAt
+			prev.Description = fmt.Sprintf("%s halted by %s", prev.Type, op.Type)
+		}
 		r.History = append([]Operation{prev}, r.History...)
 		if len(r.History) > maxHistory {
 			r.History = r.History[:maxHistory]

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
@@ -120,6 +121,7 @@ func (e *Engine) provision(ctx context.Context, rec *Record) error {
 		if err := e.save(ctx, rec); err != nil {
 			return err
 		}
+		crashpoint.Hit("provision/bucket-attempted")
 	}
 	err := e.step(ctx, rec, "create bucket", func(ctx context.Context) error {
 		return e.driver.EnsureBucket(ctx, driver.BucketSpec{Name: rec.Bucket, Owner: rec.Owner, Tags: p.Labels, AdoptUnmarked: true})
@@ -127,6 +129,7 @@ func (e *Engine) provision(ctx context.Context, rec *Record) error {
 	if err != nil {
 		return e.fail(ctx, rec, err)
 	}
+	crashpoint.Hit("provision/bucket-created")
 	return e.finish(ctx, rec, nil)
 }
 
@@ -152,6 +155,7 @@ func (e *Engine) deprovision(ctx context.Context, rec *Record) error {
 	if err := e.revokeBindings(ctx, rec); err != nil {
 		return e.fail(ctx, rec, err)
 	}
+	crashpoint.Hit("deprovision/bindings-revoked")
 	if rec.BucketAttempted {
 		purge, err := e.purgeOnDelete(rec)
 		if err != nil {
@@ -171,6 +175,7 @@ func (e *Engine) deprovision(ctx context.Context, rec *Record) error {
 		if err != nil {
 			return e.fail(ctx, rec, err)
 		}
+		crashpoint.Hit("deprovision/bucket-deleted")
 	}
 	return e.finish(ctx, rec, nil)
 }
@@ -251,6 +256,7 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 	if cred.SecretAccessKey != "" {
 		// A new key: record it before anyone is told about it. If we crash
 		// before this write, the next EnsureCredential deletes the key.
+		crashpoint.Hit("bind/key-created")
 		sealed, err := e.box.Seal([]byte(cred.SecretAccessKey), sealContext(rec))
 		if err != nil {
 			return e.finish(ctx, rec, err)
@@ -259,6 +265,7 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 		if err := e.save(ctx, rec); err != nil {
 			return err
 		}
+		crashpoint.Hit("bind/key-recorded")
 	} else if cred.AccessKeyID != rec.AccessKeyID || len(rec.SealedSecret) == 0 {
 		return e.finish(ctx, rec, fmt.Errorf("driver kept key %q but the record holds %q", cred.AccessKeyID, rec.AccessKeyID))
 	}
@@ -276,6 +283,7 @@ func (e *Engine) unbind(ctx context.Context, rec *Record) error {
 	if err != nil {
 		return e.fail(ctx, rec, err)
 	}
+	crashpoint.Hit("unbind/user-revoked")
 	return e.finish(ctx, rec, nil)
 }
 

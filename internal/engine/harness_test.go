@@ -1,0 +1,396 @@
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/bucketbroker/bucketbroker/internal/catalog"
+	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
+	"github.com/bucketbroker/bucketbroker/internal/engine"
+	"github.com/bucketbroker/bucketbroker/internal/osb"
+	"github.com/bucketbroker/bucketbroker/internal/s3gateway"
+	"github.com/bucketbroker/bucketbroker/internal/secretbox"
+	"github.com/bucketbroker/bucketbroker/internal/store/sqlite"
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+// The embedded S3 + IAM server is one per process: every test shares it and
+// keeps apart by a name prefix of its own.
+var gw *s3gateway.Server
+
+const (
+	rootAK = "ROOTACCESSKEYTEST001"
+	rootSK = "rootsecretkeyfortheengineteststhatislong"
+
+	serviceID   = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b01"
+	planStd     = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b11"
+	planRO      = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b12"
+	planAsync   = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b13"
+	brokerUser  = "broker"
+	brokerPass  = "test-password"
+	apiVersion  = "2.17"
+	instancePth = "/v2/service_instances/"
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "engine-test-")
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	gw, err = s3gateway.Start(ctx, s3gateway.Config{DataDir: dir, RootAccessKey: rootAK, RootSecretKey: rootSK})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start embedded S3 server:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = gw.Stop(ctx)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+var prefixSeq atomic.Int64
+
+// hookDriver wraps the real driver so that a test can hold a call (to see
+// an operation in progress) or fail it (to see a retry or a failure).
+type hookDriver struct {
+	driver.Driver
+	mu     sync.Mutex
+	before map[string]func(ctx context.Context) error
+	calls  map[string]int
+}
+
+func (d *hookDriver) hook(method string, f func(ctx context.Context) error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.before[method] = f
+}
+
+func (d *hookDriver) call(ctx context.Context, method string) error {
+	d.mu.Lock()
+	d.calls[method]++
+	f := d.before[method]
+	d.mu.Unlock()
+	if f != nil {
+		return f(ctx)
+	}
+	return nil
+}
+
+func (d *hookDriver) count(method string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.calls[method]
+}
+
+func (d *hookDriver) EnsureBucket(ctx context.Context, s driver.BucketSpec) error {
+	if err := d.call(ctx, "EnsureBucket"); err != nil {
+		return err
+	}
+	if err := d.Driver.EnsureBucket(ctx, s); err != nil {
+		return err
+	}
+	return d.call(ctx, "EnsureBucket/after")
+}
+
+func (d *hookDriver) DeleteBucket(ctx context.Context, name, owner string, purge bool) error {
+	if err := d.call(ctx, "DeleteBucket"); err != nil {
+		return err
+	}
+	return d.Driver.DeleteBucket(ctx, name, owner, purge)
+}
+
+func (d *hookDriver) EnsureCredential(ctx context.Context, s driver.CredentialSpec) (driver.Credential, error) {
+	if err := d.call(ctx, "EnsureCredential"); err != nil {
+		return driver.Credential{}, err
+	}
+	return d.Driver.EnsureCredential(ctx, s)
+}
+
+func (d *hookDriver) RevokeCredential(ctx context.Context, user, owner string) error {
+	if err := d.call(ctx, "RevokeCredential"); err != nil {
+		return err
+	}
+	return d.Driver.RevokeCredential(ctx, user, owner)
+}
+
+// gate holds calls until it is opened.
+type gate struct {
+	entered chan struct{}
+	open    chan struct{}
+	once    sync.Once
+}
+
+func newGate() *gate { return &gate{entered: make(chan struct{}, 100), open: make(chan struct{})} }
+
+func (g *gate) hold(ctx context.Context) error {
+	g.entered <- struct{}{}
+	select {
+	case <-g.open:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *gate) release() { g.once.Do(func() { close(g.open) }) }
+
+func (g *gate) waitEntered(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the driver call was never made")
+	}
+}
+
+type harness struct {
+	t      *testing.T
+	url    string
+	prefix string
+	store  *sqlite.Store
+	eng    *engine.Engine
+	drv    *hookDriver
+	s3     *s3.Client
+	iam    *iam.Client
+	srv    *httptest.Server
+}
+
+type harnessOpts struct {
+	syncTimeout  time.Duration
+	asyncTimeout time.Duration
+}
+
+func newHarness(t *testing.T, opts ...harnessOpts) *harness {
+	t.Helper()
+	var o harnessOpts
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	ctx := context.Background()
+	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	real, err := s3iam.New(s3iam.Config{S3Endpoint: gw.S3Endpoint(), IAMEndpoint: gw.IAMEndpoint(), Region: gw.Region(),
+		PathStyle: true, AccessKeyID: rootAK, SecretAccessKey: rootSK})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv := &hookDriver{Driver: real, before: map[string]func(context.Context) error{}, calls: map[string]int{}}
+	key := make([]byte, secretbox.KeySize)
+	_, _ = rand.Read(key)
+	box, _ := secretbox.New(key)
+	prefix := fmt.Sprintf("t%d", prefixSeq.Add(1))
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	eng, err := engine.New(engine.Options{
+		Store: store, Driver: drv, Catalog: catalog.Default(), Box: box, Prefix: prefix, Logger: log,
+		Endpoint:     engine.Endpoint{URL: gw.S3Endpoint(), Region: gw.Region(), PathStyle: true},
+		SyncTimeout:  o.syncTimeout,
+		AsyncTimeout: o.asyncTimeout,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cat, _ := catalog.Default().JSON()
+	h, err := osb.NewHandler(osb.Options{Instances: eng, Bindings: eng, Catalog: cat,
+		Username: brokerUser, Password: brokerPass, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	hs := &harness{t: t, url: srv.URL, prefix: prefix, store: store, eng: eng, drv: drv, srv: srv,
+		s3: s3Client(rootAK, rootSK), iam: iamClient()}
+	t.Cleanup(func() {
+		srv.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = eng.Shutdown(sctx)
+		_ = store.Close()
+	})
+	return hs
+}
+
+func s3Client(ak, sk string) *s3.Client {
+	return s3.New(s3.Options{Region: gw.Region(), BaseEndpoint: aws.String(gw.S3Endpoint()), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(ak, sk, "")})
+}
+
+func iamClient() *iam.Client {
+	return iam.New(iam.Options{Region: gw.Region(), BaseEndpoint: aws.String(gw.IAMEndpoint()),
+		Credentials: credentials.NewStaticCredentialsProvider(rootAK, rootSK, "")})
+}
+
+// reply is an OSB answer.
+type reply struct {
+	code int
+	body map[string]any
+}
+
+func (r reply) str(k string) string { s, _ := r.body[k].(string); return s }
+
+func (r reply) creds() map[string]any { m, _ := r.body["credentials"].(map[string]any); return m }
+
+func (h *harness) do(method, path string, body any) reply {
+	h.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, h.url+path, rd)
+	req.SetBasicAuth(brokerUser, brokerPass)
+	req.Header.Set("X-Broker-API-Version", apiVersion)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	r := reply{code: resp.StatusCode, body: map[string]any{}}
+	if len(data) > 0 {
+		if err := json.Unmarshal(data, &r.body); err != nil {
+			h.t.Fatalf("%s %s: answer is not JSON: %q", method, path, data)
+		}
+	}
+	return r
+}
+
+func provisionBody(plan string, params map[string]any) map[string]any {
+	b := map[string]any{"service_id": serviceID, "plan_id": plan, "organization_guid": "org", "space_guid": "space"}
+	if params != nil {
+		b["parameters"] = params
+	}
+	return b
+}
+
+func bindBody(plan string, params map[string]any) map[string]any {
+	b := map[string]any{"service_id": serviceID, "plan_id": plan, "app_guid": "app"}
+	if params != nil {
+		b["parameters"] = params
+	}
+	return b
+}
+
+func async(path string) string { return path + "?accepts_incomplete=true" }
+
+func del(path, plan string, async bool) string {
+	return fmt.Sprintf("%s?service_id=%s&plan_id=%s&accepts_incomplete=%v", path, serviceID, plan, async)
+}
+
+func newID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// waitOp polls last_operation until the operation ends, and returns its
+// final state.
+func (h *harness) waitOp(path, op string) string {
+	h.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		r := h.do("GET", path+"/last_operation?operation="+op, nil)
+		if r.code == http.StatusGone {
+			return "gone"
+		}
+		if r.code != http.StatusOK {
+			h.t.Fatalf("last_operation %s: %d %v", path, r.code, r.body)
+		}
+		if s := r.str("state"); s != "in progress" {
+			return s
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.t.Fatalf("operation %s of %s still in progress after 30s", op, path)
+	return ""
+}
+
+func (h *harness) want(r reply, code int, what string) reply {
+	h.t.Helper()
+	if r.code != code {
+		h.t.Fatalf("%s: got %d %v, want %d", what, r.code, r.body, code)
+	}
+	return r
+}
+
+// buckets lists the backend buckets of this harness (by name prefix).
+func (h *harness) buckets() []string {
+	h.t.Helper()
+	out, err := h.s3.ListBuckets(context.Background(), &s3.ListBucketsInput{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var names []string
+	for _, b := range out.Buckets {
+		if strings.HasPrefix(aws.ToString(b.Name), h.prefix+"-") {
+			names = append(names, aws.ToString(b.Name))
+		}
+	}
+	return names
+}
+
+// users lists the backend users of this harness with their key ids.
+func (h *harness) users() map[string][]string {
+	h.t.Helper()
+	ctx := context.Background()
+	out, err := h.iam.ListUsers(ctx, &iam.ListUsersInput{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	users := map[string][]string{}
+	for _, u := range out.Users {
+		name := aws.ToString(u.UserName)
+		if !strings.HasPrefix(name, h.prefix+"-") {
+			continue
+		}
+		keys, err := h.iam.ListAccessKeys(ctx, &iam.ListAccessKeysInput{UserName: u.UserName})
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		users[name] = []string{}
+		for _, k := range keys.AccessKeyMetadata {
+			users[name] = append(users[name], aws.ToString(k.AccessKeyId))
+		}
+	}
+	return users
+}
+
+// canWrite reports whether the credentials can put and get an object in
+// bucket.
+func canWrite(ak, sk, bucket string) error {
+	ctx := context.Background()
+	c := s3Client(ak, sk)
+	if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("probe"), Body: strings.NewReader("x")}); err != nil {
+		return err
+	}
+	_, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String("probe")})
+	return err
+}
