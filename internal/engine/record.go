@@ -135,9 +135,10 @@ type Record struct {
 // Clone returns a deep copy, so that callers can change it freely.
 func (r *Record) Clone() *Record {
 	c := *r
-	c.SealedSecret = append([]byte(nil), r.SealedSecret...)
+	c.SealedSecret = cloneBytes(r.SealedSecret)
+	c.Request = r.Request.clone()
 	if r.Op.Target != nil {
-		t := *r.Op.Target
+		t := r.Op.Target.clone()
 		c.Op.Target = &t
 	}
 	c.History = append([]Operation(nil), r.History...)
@@ -178,4 +179,18 @@ func (r *Record) findOp(id string) (Operation, bool) {
 		}
 	}
 	return Operation{}, false
+}
+
+func (q Request) clone() Request {
+	q.Parameters = cloneBytes(q.Parameters)
+	q.Context = cloneBytes(q.Context)
+	q.BindResource = cloneBytes(q.BindResource)
+	return q
+}
+
+func cloneBytes[T ~[]byte](b T) T {
+	if b == nil {
+		return nil
+	}
+	return append(T(nil), b...)
 }

@@ -1,0 +1,192 @@
+package osb
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/bucketbroker/bucketbroker/internal/engine"
+)
+
+// bindBody is the PUT binding request. predecessor_binding_id (v2.17
+// rotation) is not decoded: the catalog does not offer rotation.
+type bindBody struct {
+	ServiceID    string          `json:"service_id"`
+	PlanID       string          `json:"plan_id"`
+	AppGUID      string          `json:"app_guid"`
+	BindResource json.RawMessage `json:"bind_resource"`
+	Parameters   json.RawMessage `json:"parameters"`
+	Context      json.RawMessage `json:"context"`
+}
+
+type bindingBody struct {
+	Credentials *engine.Credentials `json:"credentials,omitempty"`
+	Parameters  json.RawMessage     `json:"parameters,omitempty"`
+}
+
+func decodeBind(r *http.Request) (engine.BindRequest, error) {
+	instanceID, bindingID, err := bindingIDs(r)
+	if err != nil {
+		return engine.BindRequest{}, err
+	}
+	q, err := query(r)
+	if err != nil {
+		return engine.BindRequest{}, err
+	}
+	async, err := acceptsIncomplete(q)
+	if err != nil {
+		return engine.BindRequest{}, err
+	}
+	var b bindBody
+	if err := decodeBody(r, &b); err != nil {
+		return engine.BindRequest{}, err
+	}
+	if err := require(field{"service_id", b.ServiceID}, field{"plan_id", b.PlanID}); err != nil {
+		return engine.BindRequest{}, err
+	}
+	bindResource, err := object("bind_resource", b.BindResource)
+	if err != nil {
+		return engine.BindRequest{}, err
+	}
+	params, err := object("parameters", b.Parameters)
+	if err != nil {
+		return engine.BindRequest{}, err
+	}
+	osbContext, err := object("context", b.Context)
+	if err != nil {
+		return engine.BindRequest{}, err
+	}
+	return engine.BindRequest{
+		InstanceID:        instanceID,
+		BindingID:         bindingID,
+		ServiceID:         b.ServiceID,
+		PlanID:            b.PlanID,
+		AppGUID:           b.AppGUID,
+		BindResource:      bindResource,
+		Parameters:        params,
+		Context:           osbContext,
+		AcceptsIncomplete: async,
+		Identity:          r.Header.Get(headerOriginatingIdentity),
+	}, nil
+}
+
+func decodeUnbind(r *http.Request) (engine.UnbindRequest, error) {
+	instanceID, bindingID, err := bindingIDs(r)
+	if err != nil {
+		return engine.UnbindRequest{}, err
+	}
+	q, err := query(r)
+	if err != nil {
+		return engine.UnbindRequest{}, err
+	}
+	async, err := acceptsIncomplete(q)
+	if err != nil {
+		return engine.UnbindRequest{}, err
+	}
+	serviceID, planID := q.Get("service_id"), q.Get("plan_id")
+	if err := require(field{"service_id", serviceID}, field{"plan_id", planID}); err != nil {
+		return engine.UnbindRequest{}, err
+	}
+	return engine.UnbindRequest{
+		InstanceID:        instanceID,
+		BindingID:         bindingID,
+		ServiceID:         serviceID,
+		PlanID:            planID,
+		AcceptsIncomplete: async,
+		Identity:          r.Header.Get(headerOriginatingIdentity),
+	}, nil
+}
+
+// bindingIDs returns the two path ids of a binding route.
+func bindingIDs(r *http.Request) (instanceID, bindingID string, err error) {
+	if instanceID, err = pathID(r, "instance_id"); err != nil {
+		return "", "", err
+	}
+	if bindingID, err = pathID(r, "binding_id"); err != nil {
+		return "", "", err
+	}
+	return instanceID, bindingID, nil
+}
+
+func (h *Handler) bind(w http.ResponseWriter, r *http.Request) {
+	req, err := decodeBind(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	res, err := h.bindings.Bind(r.Context(), req)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	switch res.Outcome {
+	case engine.OutcomeAccepted:
+		// Never credentials in a 202, even if the engine had them: the
+		// platform fetches them with GET once the operation succeeded.
+		h.respond(w, r, http.StatusAccepted, operationBody{Operation: res.Operation})
+	case engine.OutcomeCreated, engine.OutcomeOK:
+		if res.Credentials == nil {
+			h.fail(w, r, errors.New("engine returned a finished binding without credentials"))
+			return
+		}
+		status := http.StatusOK
+		if res.Outcome == engine.OutcomeCreated {
+			status = http.StatusCreated
+		}
+		h.respond(w, r, status, bindingBody{Credentials: res.Credentials})
+	default:
+		h.fail(w, r, fmt.Errorf("engine returned unknown outcome %d", res.Outcome))
+	}
+}
+
+func (h *Handler) unbind(w http.ResponseWriter, r *http.Request) {
+	req, err := decodeUnbind(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	res, err := h.bindings.Unbind(r.Context(), req)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.respondResult(w, r, res, http.StatusOK)
+}
+
+func (h *Handler) getBinding(w http.ResponseWriter, r *http.Request) {
+	instanceID, bindingID, err := bindingIDs(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	v, err := h.bindings.GetBinding(r.Context(), instanceID, bindingID)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if v == nil {
+		h.fail(w, r, errors.New("engine returned neither a binding nor an error"))
+		return
+	}
+	h.respond(w, r, http.StatusOK, bindingBody{Credentials: v.Credentials, Parameters: v.Parameters})
+}
+
+func (h *Handler) bindingLastOperation(w http.ResponseWriter, r *http.Request) {
+	instanceID, bindingID, err := bindingIDs(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	q, err := query(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	op, err := h.bindings.BindingLastOperation(r.Context(), instanceID, bindingID, q.Get("operation"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.respondLastOperation(w, r, op)
+}

@@ -1,0 +1,208 @@
+package osb
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"reflect"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Version bounds: 2.13 is the oldest version whose semantics (async
+// bindings excepted) the engine's answers fit; a new major version may change
+// anything, so it is refused rather than guessed at.
+const (
+	supportedMajor = 2
+	minMinor       = 13
+)
+
+// maxIDBytes bounds instance and binding ids. The spec recommends 255 for
+// strings, and the engine derives bounded backend names from the ids.
+const maxIDBytes = 255
+
+// checkVersion accepts X-Broker-API-Version 2.13 and later 2.x.
+func checkVersion(v string) error {
+	fail := func(reason string) error {
+		return &requestError{
+			status:      http.StatusPreconditionFailed,
+			description: fmt.Sprintf("%s; this broker implements OSB API 2.17 and accepts %s 2.%d or later 2.x", reason, headerVersion, minMinor),
+		}
+	}
+	if v == "" {
+		return fail("missing " + headerVersion + " header")
+	}
+	majorText, minorText, ok := strings.Cut(v, ".")
+	major, errMaj := parseDigits(majorText)
+	minor, errMin := parseDigits(minorText)
+	if !ok || errMaj != nil || errMin != nil {
+		return fail(headerVersion + " is not of the form MAJOR.MINOR")
+	}
+	if major != supportedMajor || minor < minMinor {
+		return fail("unsupported " + headerVersion)
+	}
+	return nil
+}
+
+// parseDigits parses a non-negative decimal number without sign or spaces.
+func parseDigits(s string) (int, error) {
+	if s == "" || len(s) > 9 {
+		return 0, errors.New("not a version number")
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, errors.New("not a version number")
+		}
+	}
+	return strconv.Atoi(s)
+}
+
+// pathID returns the named path wildcard after checking it is a usable id:
+// non-empty, at most maxIDBytes, valid UTF-8 and free of control and other
+// non-printing characters (which would end up in names, logs and headers).
+func pathID(r *http.Request, name string) (string, error) {
+	id := r.PathValue(name)
+	switch {
+	case id == "":
+		return "", badRequest("%s must not be empty", name)
+	case len(id) > maxIDBytes:
+		return "", badRequest("%s must be at most %d bytes", name, maxIDBytes)
+	case !utf8.ValidString(id):
+		return "", badRequest("%s must be valid UTF-8", name)
+	}
+	for _, c := range id {
+		if !unicode.IsPrint(c) {
+			return "", badRequest("%s must not contain control or non-printing characters", name)
+		}
+	}
+	return id, nil
+}
+
+// query parses the query string strictly: net/http's r.URL.Query() silently
+// drops malformed pairs, which could turn "accepts_incomplete=tru%e" into
+// "absent".
+func query(r *http.Request) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, badRequest("malformed query string")
+	}
+	return q, nil
+}
+
+// acceptsIncomplete reads the accepts_incomplete parameter: absent or
+// "false" is false, "true" is true, anything else is a bad request (the
+// platform surely meant something, and guessing could answer 202 to a
+// platform that does not poll).
+func acceptsIncomplete(q url.Values) (bool, error) {
+	vs, ok := q["accepts_incomplete"]
+	if !ok {
+		return false, nil
+	}
+	if len(vs) != 1 {
+		return false, badRequest("accepts_incomplete must be given at most once")
+	}
+	switch vs[0] {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, badRequest(`accepts_incomplete must be "true" or "false"`)
+}
+
+// readBody reads the whole (size-limited) body.
+func readBody(r *http.Request) ([]byte, error) {
+	if r.Body == nil {
+		return nil, nil
+	}
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, &requestError{
+				status:      http.StatusRequestEntityTooLarge,
+				description: fmt.Sprintf("request body exceeds %d bytes", tooLarge.Limit),
+			}
+		}
+		return nil, badRequest("cannot read request body")
+	}
+	return b, nil
+}
+
+// decodeBody reads the body into v, a pointer to one of the body structs.
+// Error descriptions name the field and the JSON kinds involved, never a
+// value: a body can carry secrets in its parameters.
+func decodeBody(r *http.Request, v any) error {
+	b, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return badRequest("request body is empty; expected a JSON object")
+	}
+	err = json.Unmarshal(b, v)
+	if err == nil {
+		return nil
+	}
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return badRequest("request body is not valid JSON (error at byte %d)", syntax.Offset)
+	case errors.As(err, &typ):
+		got, _, _ := strings.Cut(typ.Value, " ")
+		if typ.Field == "" {
+			return badRequest("request body must be a JSON object, not %s", got)
+		}
+		want := "of another type"
+		if typ.Type != nil && typ.Type.Kind() == reflect.String {
+			want = "a string"
+		}
+		return badRequest("field %q must be %s, not %s", typ.Field, want, got)
+	}
+	return badRequest("request body is not valid JSON")
+}
+
+// field is a named request value, for require.
+type field struct{ name, value string }
+
+// require reports every required field that is missing. Empty or blank
+// strings count as missing (OSB: "MUST be a non-empty string").
+func require(fields ...field) error {
+	var missing []string
+	for _, f := range fields {
+		if strings.TrimSpace(f.value) == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return badRequest("missing required %s: %s", plural(len(missing), "field"), strings.Join(missing, ", "))
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
+}
+
+// object returns an optional JSON object field: nil when absent or null, the
+// object when it is one, and a bad request otherwise.
+func object(name string, raw json.RawMessage) (json.RawMessage, error) {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || string(t) == "null" {
+		return nil, nil
+	}
+	if t[0] != '{' {
+		return nil, badRequest("field %q must be a JSON object", name)
+	}
+	return t, nil
+}

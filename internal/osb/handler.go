@@ -1,0 +1,443 @@
+package osb
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/bucketbroker/bucketbroker/internal/engine"
+)
+
+// Instances is the part of the engine that keeps service instances.
+type Instances interface {
+	Provision(ctx context.Context, r engine.ProvisionRequest) (engine.Result, error)
+	Update(ctx context.Context, r engine.UpdateRequest) (engine.Result, error)
+	Deprovision(ctx context.Context, r engine.DeprovisionRequest) (engine.Result, error)
+	GetInstance(ctx context.Context, instanceID string) (*engine.InstanceView, error)
+	InstanceLastOperation(ctx context.Context, instanceID, operation string) (engine.LastOperation, error)
+}
+
+// Bindings is the part of the engine that keeps service bindings.
+type Bindings interface {
+	Bind(ctx context.Context, r engine.BindRequest) (engine.BindResult, error)
+	Unbind(ctx context.Context, r engine.UnbindRequest) (engine.Result, error)
+	GetBinding(ctx context.Context, instanceID, bindingID string) (*engine.BindingView, error)
+	BindingLastOperation(ctx context.Context, instanceID, bindingID, operation string) (engine.LastOperation, error)
+}
+
+// Options configure a Handler.
+type Options struct {
+	Instances Instances
+	Bindings  Bindings
+	// Catalog is the full GET /v2/catalog body, served as is.
+	Catalog json.RawMessage
+	// Username and Password are the basic-auth credentials every /v2
+	// request must carry. Both are required.
+	Username, Password string
+	// Logger receives one line per request; nil discards.
+	Logger *slog.Logger
+	// Registerer receives the HTTP metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Gatherer is served on /metrics; nil leaves /metrics unrouted (404).
+	Gatherer prometheus.Gatherer
+	// Ready answers /readyz; nil means always ready.
+	Ready func(ctx context.Context) error
+	// MaxBodyBytes limits request bodies; zero means 1 MiB.
+	MaxBodyBytes int64
+}
+
+const (
+	defaultMaxBodyBytes = 1 << 20
+
+	headerVersion             = "X-Broker-API-Version"
+	headerOriginatingIdentity = "X-Broker-API-Originating-Identity"
+	headerRequestIdentity     = "X-Broker-API-Request-Identity"
+
+	// readyTimeout bounds a /readyz check, so that a hung store does not pile
+	// up probe goroutines.
+	readyTimeout = 5 * time.Second
+
+	// maxLoggedValue caps client-chosen strings (ids, request identity) in
+	// log lines.
+	maxLoggedValue = 256
+)
+
+// Route patterns. They double as the endpoint label of the metrics, which
+// keeps its cardinality bounded.
+const (
+	routeCatalog        = "/v2/catalog"
+	routeInstance       = "/v2/service_instances/{instance_id}"
+	routeInstanceLastOp = "/v2/service_instances/{instance_id}/last_operation"
+	routeBinding        = "/v2/service_instances/{instance_id}/service_bindings/{binding_id}"
+	routeBindingLastOp  = "/v2/service_instances/{instance_id}/service_bindings/{binding_id}/last_operation"
+	routeHealthz        = "/healthz"
+	routeReadyz         = "/readyz"
+	routeMetrics        = "/metrics"
+	routeUnmatched      = "unmatched"
+)
+
+// Handler serves the Open Service Broker API v2.17 and the health, readiness
+// and metrics endpoints. It is safe for concurrent use.
+type Handler struct {
+	mux       *http.ServeMux
+	instances Instances
+	bindings  Bindings
+	catalog   []byte
+	// userHash and passHash are SHA-256 digests of the credentials, so that
+	// comparing fixed-length digests in constant time leaks neither the
+	// content nor the length of the secrets.
+	userHash, passHash [sha256.Size]byte
+	log                *slog.Logger
+	ready              func(ctx context.Context) error
+	maxBody            int64
+	metrics            *metrics
+}
+
+// NewHandler returns a Handler for opts.
+func NewHandler(opts Options) (*Handler, error) {
+	if opts.Instances == nil || opts.Bindings == nil {
+		return nil, errors.New("new OSB handler: instances and bindings are required")
+	}
+	if opts.Username == "" || opts.Password == "" {
+		return nil, errors.New("new OSB handler: username and password are required")
+	}
+	if !isJSONObject(opts.Catalog) {
+		return nil, errors.New("new OSB handler: catalog must be a JSON object")
+	}
+	if opts.MaxBodyBytes < 0 {
+		return nil, fmt.Errorf("new OSB handler: max body bytes %d is negative", opts.MaxBodyBytes)
+	}
+	h := &Handler{
+		mux:       http.NewServeMux(),
+		instances: opts.Instances,
+		bindings:  opts.Bindings,
+		catalog:   append([]byte(nil), opts.Catalog...),
+		userHash:  sha256.Sum256([]byte(opts.Username)),
+		passHash:  sha256.Sum256([]byte(opts.Password)),
+		log:       opts.Logger,
+		ready:     opts.Ready,
+		maxBody:   opts.MaxBodyBytes,
+		metrics:   newMetrics(),
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	if h.maxBody == 0 {
+		h.maxBody = defaultMaxBodyBytes
+	}
+	if opts.Registerer != nil {
+		if err := h.metrics.register(opts.Registerer); err != nil {
+			return nil, fmt.Errorf("new OSB handler: %w", err)
+		}
+	}
+	h.routes(opts.Gatherer)
+	return h, nil
+}
+
+func isJSONObject(b []byte) bool {
+	var v map[string]json.RawMessage
+	return json.Unmarshal(b, &v) == nil && v != nil
+}
+
+type endpoint struct {
+	method string
+	serve  http.HandlerFunc
+}
+
+func (h *Handler) routes(gatherer prometheus.Gatherer) {
+	v2 := []struct {
+		path      string
+		endpoints []endpoint
+	}{
+		{routeCatalog, []endpoint{{http.MethodGet, h.serveCatalog}}},
+		{routeInstance, []endpoint{
+			{http.MethodPut, h.provision},
+			{http.MethodPatch, h.update},
+			{http.MethodDelete, h.deprovision},
+			{http.MethodGet, h.getInstance},
+		}},
+		{routeInstanceLastOp, []endpoint{{http.MethodGet, h.instanceLastOperation}}},
+		{routeBinding, []endpoint{
+			{http.MethodPut, h.bind},
+			{http.MethodDelete, h.unbind},
+			{http.MethodGet, h.getBinding},
+		}},
+		{routeBindingLastOp, []endpoint{{http.MethodGet, h.bindingLastOperation}}},
+	}
+	for _, route := range v2 {
+		for _, e := range route.endpoints {
+			h.mux.Handle(e.method+" "+route.path, h.osb(e.serve))
+		}
+		// The method-less pattern catches every other method, because a
+		// pattern with a method is more specific than one without.
+		h.mux.Handle(route.path, h.osb(h.methodNotAllowed(route.endpoints)))
+	}
+
+	probes := map[string]http.Handler{
+		routeHealthz: http.HandlerFunc(h.healthz),
+		routeReadyz:  http.HandlerFunc(h.readyz),
+	}
+	if gatherer != nil {
+		probes[routeMetrics] = promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})
+	}
+	for path, serve := range probes {
+		h.mux.Handle(http.MethodGet+" "+path, serve)
+		h.mux.Handle(path, h.methodNotAllowed([]endpoint{{method: http.MethodGet}}))
+	}
+
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		h.fail(w, r, &requestError{status: http.StatusNotFound, description: "no such endpoint"})
+	})
+}
+
+// ServeHTTP limits the body, routes the request, and records exactly one log
+// line and one metric sample for it, whatever the route does.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	info := &requestInfo{}
+	r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
+	if r.Body != nil {
+		// Wrapped with the server's own writer, so that net/http closes the
+		// connection after an oversized body instead of draining it.
+		r.Body = http.MaxBytesReader(w, r.Body, h.maxBody)
+	}
+	rec := &statusRecorder{ResponseWriter: w}
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			info.panicked = true
+			info.err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+			if rec.status == 0 {
+				writeJSON(rec, http.StatusInternalServerError, errorBody{Description: internalDescription})
+			}
+		}
+		h.observe(r, rec.statusCode(), time.Since(start), info)
+	}()
+	if p := r.URL.Path; p != cleanPath(p) {
+		// ServeMux would redirect, with an HTML body, to the cleaned path. No
+		// platform sends such paths, and a redirected PUT or DELETE could act
+		// on another resource than the one named, so refuse instead.
+		h.fail(rec, r, badRequest("request path is not in canonical form"))
+		return
+	}
+	h.mux.ServeHTTP(rec, r)
+}
+
+// cleanPath is the canonical form of p as ServeMux computes it: rooted,
+// without "." and ".." elements or repeated slashes, with a trailing slash
+// kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
+}
+
+// osb wraps a /v2 endpoint with what the OSB spec asks of every request:
+// the request identity echo, basic auth, then the version header.
+//
+// Authentication comes first: an unauthenticated caller learns nothing about
+// the broker, not even which API versions it speaks. The spec makes the 401 a
+// MUST and the 412 a MAY, and the reference Go broker library (brokerapi)
+// runs its auth middleware before its version middleware too.
+func (h *Handler) osb(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id := r.Header.Get(headerRequestIdentity); id != "" {
+			w.Header().Set(headerRequestIdentity, id)
+		}
+		if !h.authenticated(r) {
+			w.Header().Set("WWW-Authenticate", `Basic realm="bucketbroker"`)
+			h.fail(w, r, &requestError{status: http.StatusUnauthorized, description: "authentication required"})
+			return
+		}
+		if err := checkVersion(r.Header.Get(headerVersion)); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (h *Handler) authenticated(r *http.Request) bool {
+	user, pass, ok := r.BasicAuth()
+	if !ok {
+		return false
+	}
+	u := sha256.Sum256([]byte(user))
+	p := sha256.Sum256([]byte(pass))
+	// Both comparisons always run, so timing does not tell which one failed.
+	return subtle.ConstantTimeCompare(u[:], h.userHash[:])&subtle.ConstantTimeCompare(p[:], h.passHash[:]) == 1
+}
+
+func (h *Handler) methodNotAllowed(endpoints []endpoint) http.Handler {
+	var allow []string
+	for _, e := range endpoints {
+		allow = append(allow, e.method)
+		if e.method == http.MethodGet {
+			allow = append(allow, http.MethodHead)
+		}
+	}
+	allowed := strings.Join(allow, ", ")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allowed)
+		h.fail(w, r, &requestError{
+			status:      http.StatusMethodNotAllowed,
+			description: "method not allowed; this endpoint accepts " + allowed,
+		})
+	})
+}
+
+func (h *Handler) serveCatalog(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(h.catalog)
+}
+
+func (h *Handler) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, statusBody{Status: "ok"})
+}
+
+func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
+	if h.ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+		defer cancel()
+		if err := h.ready(ctx); err != nil {
+			// The cause goes to the log only: /readyz is unauthenticated.
+			noteError(r, fmt.Errorf("readiness check: %w", err))
+			writeJSON(w, http.StatusServiceUnavailable, statusBody{Status: "not ready"})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, statusBody{Status: "ok"})
+}
+
+type statusBody struct {
+	Status string `json:"status"`
+}
+
+// requestInfo carries what the route learned back to the log line.
+type requestInfo struct {
+	err      error
+	panicked bool
+}
+
+type requestInfoKey struct{}
+
+func noteError(r *http.Request, err error) {
+	if info, ok := r.Context().Value(requestInfoKey{}).(*requestInfo); ok {
+		info.err = err
+	}
+}
+
+// statusRecorder remembers the status code a route answered with.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 && code >= 200 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (s *statusRecorder) statusCode() int {
+	if s.status == 0 {
+		return http.StatusOK
+	}
+	return s.status
+}
+
+// observe writes the request's log line and metric samples.
+func (h *Handler) observe(r *http.Request, status int, d time.Duration, info *requestInfo) {
+	route := routeOf(r)
+	method := metricMethod(r.Method)
+	h.metrics.observe(route, method, status, d)
+
+	level := slog.LevelInfo
+	switch {
+	case status >= 500:
+		level = slog.LevelError
+	case route == routeHealthz || route == routeReadyz || route == routeMetrics:
+		// Probes arrive every few seconds; a healthy answer is not news.
+		level = slog.LevelDebug
+	}
+	ctx := r.Context()
+	if !h.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("method", method),
+		slog.String("route", route),
+		slog.Int("status", status),
+		slog.Duration("duration", d),
+	}
+	for _, kv := range [][2]string{
+		{"instance_id", r.PathValue("instance_id")},
+		{"binding_id", r.PathValue("binding_id")},
+		{"request_identity", r.Header.Get(headerRequestIdentity)},
+	} {
+		if kv[1] != "" {
+			attrs = append(attrs, slog.String(kv[0], truncate(kv[1])))
+		}
+	}
+	if info.err != nil {
+		attrs = append(attrs, slog.String("error", info.err.Error()))
+	}
+	msg := "Served request"
+	if info.panicked {
+		msg = "Recovered from panic while serving request"
+	}
+	h.log.LogAttrs(ctx, level, msg, attrs...)
+}
+
+// routeOf returns the path pattern the request matched, without its method.
+func routeOf(r *http.Request) string {
+	p := r.Pattern
+	if _, path, ok := strings.Cut(p, " "); ok {
+		p = path
+	}
+	if p == "" || p == "/" {
+		return routeUnmatched
+	}
+	return p
+}
+
+func truncate(s string) string {
+	if len(s) > maxLoggedValue {
+		return s[:maxLoggedValue] + "..."
+	}
+	return s
+}

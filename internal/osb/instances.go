@@ -1,0 +1,269 @@
+package osb
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/bucketbroker/bucketbroker/internal/engine"
+)
+
+// Request bodies. Fields the engine does not use (maintenance_info,
+// previous_values) are not decoded: OSB receivers must ignore what they do
+// not understand.
+type provisionBody struct {
+	ServiceID        string          `json:"service_id"`
+	PlanID           string          `json:"plan_id"`
+	OrganizationGUID string          `json:"organization_guid"`
+	SpaceGUID        string          `json:"space_guid"`
+	Parameters       json.RawMessage `json:"parameters"`
+	Context          json.RawMessage `json:"context"`
+}
+
+type updateBody struct {
+	ServiceID  string          `json:"service_id"`
+	PlanID     string          `json:"plan_id"`
+	Parameters json.RawMessage `json:"parameters"`
+	Context    json.RawMessage `json:"context"`
+}
+
+// Response bodies.
+type emptyBody struct{}
+
+type operationBody struct {
+	Operation string `json:"operation,omitempty"`
+}
+
+type instanceBody struct {
+	ServiceID  string          `json:"service_id"`
+	PlanID     string          `json:"plan_id"`
+	Parameters json.RawMessage `json:"parameters,omitempty"`
+}
+
+type lastOperationBody struct {
+	State       engine.OpState `json:"state"`
+	Description string         `json:"description,omitempty"`
+}
+
+func decodeProvision(r *http.Request) (engine.ProvisionRequest, error) {
+	id, err := pathID(r, "instance_id")
+	if err != nil {
+		return engine.ProvisionRequest{}, err
+	}
+	q, err := query(r)
+	if err != nil {
+		return engine.ProvisionRequest{}, err
+	}
+	async, err := acceptsIncomplete(q)
+	if err != nil {
+		return engine.ProvisionRequest{}, err
+	}
+	var b provisionBody
+	if err := decodeBody(r, &b); err != nil {
+		return engine.ProvisionRequest{}, err
+	}
+	if err := require(
+		field{"service_id", b.ServiceID},
+		field{"plan_id", b.PlanID},
+		field{"organization_guid", b.OrganizationGUID},
+		field{"space_guid", b.SpaceGUID},
+	); err != nil {
+		return engine.ProvisionRequest{}, err
+	}
+	params, err := object("parameters", b.Parameters)
+	if err != nil {
+		return engine.ProvisionRequest{}, err
+	}
+	osbContext, err := object("context", b.Context)
+	if err != nil {
+		return engine.ProvisionRequest{}, err
+	}
+	return engine.ProvisionRequest{
+		InstanceID:        id,
+		ServiceID:         b.ServiceID,
+		PlanID:            b.PlanID,
+		OrganizationGUID:  b.OrganizationGUID,
+		SpaceGUID:         b.SpaceGUID,
+		Parameters:        params,
+		Context:           osbContext,
+		AcceptsIncomplete: async,
+		Identity:          r.Header.Get(headerOriginatingIdentity),
+	}, nil
+}
+
+func decodeUpdate(r *http.Request) (engine.UpdateRequest, error) {
+	id, err := pathID(r, "instance_id")
+	if err != nil {
+		return engine.UpdateRequest{}, err
+	}
+	q, err := query(r)
+	if err != nil {
+		return engine.UpdateRequest{}, err
+	}
+	async, err := acceptsIncomplete(q)
+	if err != nil {
+		return engine.UpdateRequest{}, err
+	}
+	var b updateBody
+	if err := decodeBody(r, &b); err != nil {
+		return engine.UpdateRequest{}, err
+	}
+	if err := require(field{"service_id", b.ServiceID}); err != nil {
+		return engine.UpdateRequest{}, err
+	}
+	params, err := object("parameters", b.Parameters)
+	if err != nil {
+		return engine.UpdateRequest{}, err
+	}
+	osbContext, err := object("context", b.Context)
+	if err != nil {
+		return engine.UpdateRequest{}, err
+	}
+	return engine.UpdateRequest{
+		InstanceID: id,
+		ServiceID:  b.ServiceID,
+		// Absent and empty both mean "keep the plan", as the engine expects.
+		PlanID:            b.PlanID,
+		Parameters:        params,
+		Context:           osbContext,
+		AcceptsIncomplete: async,
+		Identity:          r.Header.Get(headerOriginatingIdentity),
+	}, nil
+}
+
+func decodeDeprovision(r *http.Request) (engine.DeprovisionRequest, error) {
+	id, err := pathID(r, "instance_id")
+	if err != nil {
+		return engine.DeprovisionRequest{}, err
+	}
+	q, err := query(r)
+	if err != nil {
+		return engine.DeprovisionRequest{}, err
+	}
+	async, err := acceptsIncomplete(q)
+	if err != nil {
+		return engine.DeprovisionRequest{}, err
+	}
+	serviceID, planID := q.Get("service_id"), q.Get("plan_id")
+	if err := require(field{"service_id", serviceID}, field{"plan_id", planID}); err != nil {
+		return engine.DeprovisionRequest{}, err
+	}
+	return engine.DeprovisionRequest{
+		InstanceID:        id,
+		ServiceID:         serviceID,
+		PlanID:            planID,
+		AcceptsIncomplete: async,
+		Identity:          r.Header.Get(headerOriginatingIdentity),
+	}, nil
+}
+
+func (h *Handler) provision(w http.ResponseWriter, r *http.Request) {
+	req, err := decodeProvision(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	res, err := h.instances.Provision(r.Context(), req)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.respondResult(w, r, res, http.StatusCreated)
+}
+
+func (h *Handler) update(w http.ResponseWriter, r *http.Request) {
+	req, err := decodeUpdate(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	res, err := h.instances.Update(r.Context(), req)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.respondResult(w, r, res, http.StatusOK)
+}
+
+func (h *Handler) deprovision(w http.ResponseWriter, r *http.Request) {
+	req, err := decodeDeprovision(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	res, err := h.instances.Deprovision(r.Context(), req)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.respondResult(w, r, res, http.StatusOK)
+}
+
+func (h *Handler) getInstance(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "instance_id")
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	v, err := h.instances.GetInstance(r.Context(), id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if v == nil {
+		h.fail(w, r, errors.New("engine returned neither an instance nor an error"))
+		return
+	}
+	h.respond(w, r, http.StatusOK, instanceBody{ServiceID: v.ServiceID, PlanID: v.PlanID, Parameters: v.Parameters})
+}
+
+func (h *Handler) instanceLastOperation(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "instance_id")
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	// service_id and plan_id are hints the engine does not need: the
+	// operation id and the record answer the poll.
+	q, err := query(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	op, err := h.instances.InstanceLastOperation(r.Context(), id, q.Get("operation"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.respondLastOperation(w, r, op)
+}
+
+// respondResult answers a state-changing call. created is the status of
+// OutcomeCreated: 201 for provision and bind, 200 for the calls whose spec
+// has no 201 (update, deprovision, unbind).
+func (h *Handler) respondResult(w http.ResponseWriter, r *http.Request, res engine.Result, created int) {
+	switch res.Outcome {
+	case engine.OutcomeCreated:
+		h.respond(w, r, created, emptyBody{})
+	case engine.OutcomeOK:
+		h.respond(w, r, http.StatusOK, emptyBody{})
+	case engine.OutcomeAccepted:
+		h.respond(w, r, http.StatusAccepted, operationBody{Operation: res.Operation})
+	default:
+		h.fail(w, r, fmt.Errorf("engine returned unknown outcome %d", res.Outcome))
+	}
+}
+
+func (h *Handler) respondLastOperation(w http.ResponseWriter, r *http.Request, op engine.LastOperation) {
+	if op.Gone {
+		h.respond(w, r, http.StatusGone, emptyBody{})
+		return
+	}
+	switch op.State {
+	case engine.OpInProgress, engine.OpSucceeded, engine.OpFailed:
+		h.respond(w, r, http.StatusOK, lastOperationBody{State: op.State, Description: op.Description})
+	default:
+		h.fail(w, r, fmt.Errorf("engine returned unknown operation state %q", op.State))
+	}
+}

@@ -1,0 +1,61 @@
+package osb
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are labelled by route pattern, never by raw path, and by a closed
+// set of methods, so that no client can grow the label space.
+type metrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "bucketbroker",
+			Subsystem: "http",
+			Name:      "requests_total",
+			Help:      "HTTP requests answered, by route pattern, method and status code.",
+		}, []string{"endpoint", "method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "bucketbroker",
+			Subsystem: "http",
+			Name:      "request_duration_seconds",
+			Help:      "Time to answer an HTTP request, by route pattern and method.",
+			// Synchronous provisions and binds wait for backend calls, so the
+			// buckets reach past the default 10s.
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"endpoint", "method"}),
+	}
+}
+
+func (m *metrics) register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.requests, m.duration} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register HTTP metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+func (m *metrics) observe(endpoint, method string, status int, d time.Duration) {
+	m.requests.WithLabelValues(endpoint, method, strconv.Itoa(status)).Inc()
+	m.duration.WithLabelValues(endpoint, method).Observe(d.Seconds())
+}
+
+// metricMethod maps a request method onto a closed set.
+func metricMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodPost, http.MethodOptions:
+		return m
+	}
+	return "OTHER"
+}

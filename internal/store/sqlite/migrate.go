@@ -1,0 +1,75 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// migrations are the schema changes, in order: migrations[i] brings the
+// schema to version i+1. Append only; never edit one that has shipped.
+var migrations = []string{
+	// 1: records. The columns beside data are copies of record fields that
+	// queries select on; data is the whole record and the source of truth.
+	// The indexes end in (kind, id) so that List's ORDER BY reads them in
+	// order instead of sorting.
+	`CREATE TABLE records (
+		kind        TEXT    NOT NULL,
+		id          TEXT    NOT NULL,
+		instance_id TEXT    NOT NULL,
+		phase       TEXT    NOT NULL,
+		op_state    TEXT    NOT NULL,
+		version     INTEGER NOT NULL,
+		created_at  TEXT    NOT NULL,
+		updated_at  TEXT    NOT NULL,
+		data        TEXT    NOT NULL,
+		PRIMARY KEY (kind, id)
+	) STRICT;
+	CREATE INDEX records_instance_id ON records (instance_id, kind, id);
+	CREATE INDEX records_op_state ON records (op_state, kind, id);`,
+}
+
+// migrate brings the schema of db up to the newest version in migrations,
+// in one transaction: a crash or a failed migration leaves the schema as it
+// was. The transaction takes the write lock at BEGIN (the DSN sets
+// _txlock=immediate), so a second process opening the same file waits for
+// the first to finish migrating instead of racing it.
+func migrate(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate schema: %w", err)
+	}
+	defer tx.Rollback() // a no-op after Commit
+
+	if _, err := tx.ExecContext(ctx, `
+		CREATE TABLE IF NOT EXISTS schema_migrations (
+			version    INTEGER PRIMARY KEY,
+			applied_at TEXT NOT NULL
+		) STRICT`); err != nil {
+		return fmt.Errorf("migrate schema: %w", err)
+	}
+	var current int
+	if err := tx.QueryRowContext(ctx,
+		`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
+		return fmt.Errorf("migrate schema: read version: %w", err)
+	}
+	if current > len(migrations) {
+		return fmt.Errorf("database schema version %d is newer than the newest this binary knows (%d): run a newer bucketbroker, or restore a backup taken before the upgrade",
+			current, len(migrations))
+	}
+	for v := current + 1; v <= len(migrations); v++ {
+		if _, err := tx.ExecContext(ctx, migrations[v-1]); err != nil {
+			return fmt.Errorf("migrate schema to version %d: %w", v, err)
+		}
+		if _, err := tx.ExecContext(ctx,
+			`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`,
+			v, formatTime(time.Now())); err != nil {
+			return fmt.Errorf("migrate schema to version %d: %w", v, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate schema: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,347 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/bucketbroker/bucketbroker/internal/engine"
+)
+
+// busyTimeout bounds how long a statement waits for a lock held by another
+// connection (another Store on the same file, or another process) before it
+// fails. The caller's context can end the wait sooner.
+const busyTimeout = 10 * time.Second
+
+// timeLayout is how the created_at and updated_at columns are written: UTC,
+// fixed width, so that the text sorts in time order.
+const timeLayout = "2006-01-02T15:04:05.000000000Z"
+
+var _ engine.Store = (*Store)(nil)
+
+// Store is an engine.Store kept in one SQLite database file. It is safe for
+// concurrent use.
+type Store struct {
+	// writer has exactly one connection: every write in this process is
+	// queued by database/sql instead of contending for SQLite's write lock.
+	writer *sql.DB
+	// readers serve Get and List concurrently with the writer (WAL).
+	readers *sql.DB
+}
+
+// Open opens the store in the SQLite database file at path, creating the
+// file (0600) and its directory (0700) if they do not exist, and brings its
+// schema up to date.
+func Open(ctx context.Context, path string) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("open sqlite store: empty path")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
+	}
+	if err := createFile(abs); err != nil {
+		return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
+	}
+
+	writer, err := sql.Open("sqlite", dsn(abs, false))
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
+	}
+	writer.SetMaxOpenConns(1)
+	writer.SetMaxIdleConns(1)
+	writer.SetConnMaxLifetime(0)
+	writer.SetConnMaxIdleTime(0)
+
+	// Migrate before the readers open, so that they only ever see a database
+	// that is already in WAL mode and at the current schema.
+	if err := migrate(ctx, writer); err != nil {
+		_ = writer.Close()
+		return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
+	}
+
+	readers, err := sql.Open("sqlite", dsn(abs, true))
+	if err != nil {
+		_ = writer.Close()
+		return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
+	}
+	n := max(4, runtime.GOMAXPROCS(0))
+	readers.SetMaxOpenConns(n)
+	readers.SetMaxIdleConns(n)
+	if err := readers.PingContext(ctx); err != nil {
+		_ = writer.Close()
+		_ = readers.Close()
+		return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
+	}
+	return &Store{writer: writer, readers: readers}, nil
+}
+
+// createFile creates the database file with mode 0600 and its directory
+// with 0700 when they are missing. SQLite would create the file with 0644
+// (less the umask); the -wal and -shm files it creates later copy the mode
+// of the database file, so creating it first is enough for all three.
+//
+// An existing file is not opened at all: closing any descriptor of a file
+// drops the POSIX locks this process holds on it, which would silently
+// release the locks of another Store open on the same file.
+func createFile(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// dsn returns the modernc.org/sqlite data source name for the file at path.
+// The PRAGMAs are per connection (journal_mode is also persistent), so they
+// go in the DSN, which the driver applies to every connection it opens.
+func dsn(path string, readOnly bool) string {
+	q := url.Values{}
+	q.Set("_busy_timeout", strconv.FormatInt(busyTimeout.Milliseconds(), 10))
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", "FULL")
+	q.Set("_foreign_keys", "on")
+	if readOnly {
+		q.Set("_query_only", "on")
+	} else {
+		// Transactions (only migrations use one) take the write lock at
+		// BEGIN: a deferred transaction that reads and then writes can fail
+		// with SQLITE_BUSY at once, without waiting, when another
+		// connection wrote in between.
+		q.Set("_txlock", "immediate")
+	}
+	u := url.URL{
+		Scheme:   "file",
+		Path:     "/" + strings.TrimPrefix(filepath.ToSlash(path), "/"),
+		RawQuery: q.Encode(),
+	}
+	return u.String()
+}
+
+// Close closes the database. Calls after Close fail.
+func (s *Store) Close() error {
+	return errors.Join(s.readers.Close(), s.writer.Close())
+}
+
+// Insert implements engine.Store.
+func (s *Store) Insert(ctx context.Context, r *engine.Record) error {
+	if err := checkKey(r.Kind, r.ID); err != nil {
+		return fmt.Errorf("insert record %s/%s: %w", r.Kind, r.ID, err)
+	}
+	now := now()
+	c := r.Clone()
+	c.Version = 1
+	if c.CreatedAt.IsZero() {
+		c.CreatedAt = now
+	}
+	c.UpdatedAt = now
+	data, err := encode(c)
+	if err != nil {
+		return fmt.Errorf("insert record %s/%s: %w", r.Kind, r.ID, err)
+	}
+
+	// One statement: the primary key decides which of two concurrent
+	// inserts wins; there is no window between a check and the write.
+	res, err := s.writer.ExecContext(ctx, `
+		INSERT INTO records (kind, id, instance_id, phase, op_state, version, created_at, updated_at, data)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (kind, id) DO NOTHING`,
+		c.Kind, c.ID, c.InstanceID, c.Phase, c.Op.State, c.Version,
+		formatTime(c.CreatedAt), formatTime(c.UpdatedAt), string(data))
+	if err != nil {
+		return fmt.Errorf("insert record %s/%s: %w", r.Kind, r.ID, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("insert record %s/%s: %w", r.Kind, r.ID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("insert record %s/%s: %w", r.Kind, r.ID, engine.ErrExists)
+	}
+	r.Version, r.CreatedAt, r.UpdatedAt = c.Version, c.CreatedAt, c.UpdatedAt
+	return nil
+}
+
+// Get implements engine.Store.
+func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.Record, error) {
+	var version int64
+	var data []byte
+	err := s.readers.QueryRowContext(ctx,
+		`SELECT version, data FROM records WHERE kind = ? AND id = ?`, kind, id).
+		Scan(&version, &data)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, engine.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, err)
+	}
+	r, err := decode(version, data)
+	if err != nil {
+		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, err)
+	}
+	return r, nil
+}
+
+// Update implements engine.Store.
+func (s *Store) Update(ctx context.Context, r *engine.Record) error {
+	if err := checkKey(r.Kind, r.ID); err != nil {
+		return fmt.Errorf("update record %s/%s: %w", r.Kind, r.ID, err)
+	}
+	c := r.Clone()
+	c.Version = r.Version + 1
+	c.UpdatedAt = now()
+	data, err := encode(c)
+	if err != nil {
+		return fmt.Errorf("update record %s/%s: %w", r.Kind, r.ID, err)
+	}
+
+	// Compare-and-swap in one statement: the version check and the write
+	// cannot be separated by another writer.
+	res, err := s.writer.ExecContext(ctx, `
+		UPDATE records
+		SET instance_id = ?, phase = ?, op_state = ?, version = ?, created_at = ?, updated_at = ?, data = ?
+		WHERE kind = ? AND id = ? AND version = ?`,
+		c.InstanceID, c.Phase, c.Op.State, c.Version,
+		formatTime(c.CreatedAt), formatTime(c.UpdatedAt), string(data),
+		c.Kind, c.ID, r.Version)
+	if err != nil {
+		return fmt.Errorf("update record %s/%s: %w", r.Kind, r.ID, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("update record %s/%s: %w", r.Kind, r.ID, err)
+	}
+	if n == 0 {
+		// Only now find out why: records are never deleted, so a row that
+		// exists here existed at the UPDATE and had another version.
+		var one int
+		err := s.readers.QueryRowContext(ctx,
+			`SELECT 1 FROM records WHERE kind = ? AND id = ?`, r.Kind, r.ID).Scan(&one)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("update record %s/%s: %w", r.Kind, r.ID, engine.ErrNotFound)
+		case err != nil:
+			return fmt.Errorf("update record %s/%s: %w", r.Kind, r.ID, err)
+		}
+		return fmt.Errorf("update record %s/%s at version %d: %w", r.Kind, r.ID, r.Version, engine.ErrStale)
+	}
+	r.Version, r.CreatedAt, r.UpdatedAt = c.Version, c.CreatedAt, c.UpdatedAt
+	return nil
+}
+
+// List implements engine.Store.
+func (s *Store) List(ctx context.Context, opts engine.ListOptions) ([]*engine.Record, error) {
+	var where []string
+	var args []any
+	if opts.Kind != "" {
+		where = append(where, "kind = ?")
+		args = append(args, opts.Kind)
+	}
+	if opts.InstanceID != "" {
+		where = append(where, "instance_id = ?")
+		args = append(args, opts.InstanceID)
+	}
+	if opts.Unfinished {
+		where = append(where, "op_state = ?")
+		args = append(args, engine.OpInProgress)
+	}
+	query := "SELECT version, data FROM records"
+	if len(where) > 0 {
+		query += " WHERE " + strings.Join(where, " AND ")
+	}
+	// SQLite compares TEXT with memcmp (the BINARY collation): byte order,
+	// the same order as Go's string comparison.
+	query += " ORDER BY kind, id"
+
+	rows, err := s.readers.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list records: %w", err)
+	}
+	defer rows.Close()
+	var out []*engine.Record
+	for rows.Next() {
+		var version int64
+		var data []byte
+		if err := rows.Scan(&version, &data); err != nil {
+			return nil, fmt.Errorf("list records: %w", err)
+		}
+		r, err := decode(version, data)
+		if err != nil {
+			return nil, fmt.Errorf("list records: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list records: %w", err)
+	}
+	return out, nil
+}
+
+func checkKey(kind engine.Kind, id string) error {
+	if kind == "" || id == "" {
+		return errors.New("record kind and id must not be empty")
+	}
+	return nil
+}
+
+// now is the time the store stamps on records: UTC and whole microseconds,
+// so that it round-trips through any store (PostgreSQL keeps microseconds)
+// and the caller's copy equals what a later Get returns.
+func now() time.Time {
+	return time.Now().UTC().Truncate(time.Microsecond)
+}
+
+func formatTime(t time.Time) string {
+	return t.UTC().Format(timeLayout)
+}
+
+// encode returns the JSON stored in the data column, with every time in
+// UTC. HTML escaping is off: encoding/json would otherwise rewrite '<', '>'
+// and '&' inside the json.RawMessage fields (the canonical parameters), and
+// a record must come back byte for byte as it was written.
+func encode(r *engine.Record) ([]byte, error) {
+	r.CreatedAt = r.CreatedAt.UTC()
+	r.UpdatedAt = r.UpdatedAt.UTC()
+	r.Op.StartedAt = r.Op.StartedAt.UTC()
+	r.Op.Deadline = r.Op.Deadline.UTC()
+	r.Op.EndedAt = r.Op.EndedAt.UTC()
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(r); err != nil {
+		return nil, fmt.Errorf("encode record: %w", err)
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+func decode(version int64, data []byte) (*engine.Record, error) {
+	r := new(engine.Record)
+	if err := json.Unmarshal(data, r); err != nil {
+		return nil, fmt.Errorf("decode record: %w", err)
+	}
+	// The column is what the compare-and-swap checks; it is the truth.
+	r.Version = version
+	return r, nil
+}

@@ -1,0 +1,453 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/bucketbroker/bucketbroker/internal/engine"
+	"github.com/bucketbroker/bucketbroker/internal/store/storetest"
+)
+
+func open(t testing.TB, path string) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), path)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", path, err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+// rawDB opens the file with no Store in between, as a second process would.
+func rawDB(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		t.Fatalf("open raw database: %v", err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+func TestStore(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) engine.Store {
+		return open(t, filepath.Join(t.TempDir(), "state", "bucketbroker.db"))
+	})
+}
+
+func record(id string) *engine.Record {
+	return &engine.Record{
+		Kind:         engine.KindBinding,
+		ID:           id,
+		InstanceID:   "instance-1",
+		Fingerprint:  "fp",
+		Phase:        engine.PhaseProvisioning,
+		Op:           engine.Operation{ID: "op-1", Type: engine.OpBind, State: engine.OpInProgress},
+		SealedSecret: []byte{1, 2, 3},
+	}
+}
+
+func TestReopenKeepsRecords(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bucketbroker.db")
+	s, err := Open(t.Context(), path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	r := record("binding-1")
+	if err := s.Insert(t.Context(), r); err != nil {
+		t.Fatalf("Insert: %v", err)
+	}
+	r.Phase = engine.PhaseReady
+	r.Op.State = engine.OpSucceeded
+	if err := s.Update(t.Context(), r); err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := s.Get(t.Context(), r.Kind, r.ID); err == nil {
+		t.Errorf("Get after Close succeeded, want an error")
+	}
+
+	s = open(t, path)
+	got, err := s.Get(t.Context(), r.Kind, r.ID)
+	if err != nil {
+		t.Fatalf("Get after re-Open: %v", err)
+	}
+	if diff := cmp.Diff(r, got); diff != "" {
+		t.Errorf("record after re-Open (-want +got):\n%s", diff)
+	}
+	if err := s.Insert(t.Context(), record("binding-1")); !errors.Is(err, engine.ErrExists) {
+		t.Errorf("Insert after re-Open: got error %v, want ErrExists", err)
+	}
+}
+
+func TestOpenPathWithURICharacters(t *testing.T) {
+	// The path goes into a file: URI; characters that mean something there
+	// must still name this file and not another one.
+	path := filepath.Join(t.TempDir(), "a b?c=d#e%20f", "bucket&broker.db")
+	s := open(t, path)
+	if err := s.Insert(t.Context(), record("binding-1")); err != nil {
+		t.Fatalf("Insert: %v", err)
+	}
+	// createFile made an empty file there; SQLite must have written to it.
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		t.Errorf("database not written at the given path: stat = %v, %v", fi, err)
+	}
+}
+
+func TestOpenMigrates(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bucketbroker.db")
+	for i := range 2 {
+		s, err := Open(t.Context(), path)
+		if err != nil {
+			t.Fatalf("Open #%d: %v", i+1, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close #%d: %v", i+1, err)
+		}
+	}
+
+	db := rawDB(t, path)
+	var versions []int
+	rows, err := db.QueryContext(t.Context(), `SELECT version FROM schema_migrations ORDER BY version`)
+	if err != nil {
+		t.Fatalf("read schema_migrations: %v", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		versions = append(versions, v)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]int, len(migrations))
+	for i := range want {
+		want[i] = i + 1
+	}
+	if diff := cmp.Diff(want, versions); diff != "" {
+		t.Errorf("schema_migrations after two Opens (-want +got):\n%s", diff)
+	}
+
+	// Every statement of a multi-statement migration ran, not only the first.
+	var indexes []string
+	irows, err := db.QueryContext(t.Context(),
+		`SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'records' AND sql IS NOT NULL ORDER BY name`)
+	if err != nil {
+		t.Fatalf("read indexes: %v", err)
+	}
+	defer irows.Close()
+	for irows.Next() {
+		var name string
+		if err := irows.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		indexes = append(indexes, name)
+	}
+	if diff := cmp.Diff([]string{"records_instance_id", "records_op_state"}, indexes); diff != "" {
+		t.Errorf("indexes on records (-want +got):\n%s", diff)
+	}
+}
+
+func TestOpenRejectsNewerSchema(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bucketbroker.db")
+	s := open(t, path)
+	if err := s.Insert(t.Context(), record("binding-1")); err != nil {
+		t.Fatalf("Insert: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	newer := len(migrations) + 1
+	db := rawDB(t, path)
+	if _, err := db.ExecContext(t.Context(),
+		`INSERT INTO schema_migrations (version, applied_at) VALUES (?, 'later')`, newer); err != nil {
+		t.Fatalf("record a newer migration: %v", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s2, err := Open(t.Context(), path)
+	if err == nil {
+		_ = s2.Close()
+		t.Fatalf("Open of a database at schema version %d succeeded, want an error", newer)
+	}
+	want := fmt.Sprintf("database schema version %d is newer than the newest this binary knows (%d)", newer, len(migrations))
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("Open error = %q, want it to contain %q", err, want)
+	}
+}
+
+func TestFileModes(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state", "nested")
+	path := filepath.Join(dir, "bucketbroker.db")
+	s := open(t, path)
+	// A write creates the -wal file, which must not be wider than the database.
+	if err := s.Insert(t.Context(), record("binding-1")); err != nil {
+		t.Fatalf("Insert: %v", err)
+	}
+
+	for _, tc := range []struct {
+		path string
+		want os.FileMode
+	}{
+		{filepath.Dir(dir), 0o700 | os.ModeDir},
+		{dir, 0o700 | os.ModeDir},
+		{path, 0o600},
+		{path + "-wal", 0o600},
+		{path + "-shm", 0o600},
+	} {
+		fi, err := os.Stat(tc.path)
+		if err != nil {
+			t.Errorf("stat: %v", err)
+			continue
+		}
+		if got := fi.Mode(); got != tc.want {
+			t.Errorf("%s: mode %v, want %v", tc.path, got, tc.want)
+		}
+	}
+}
+
+func TestPragmas(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "bucketbroker.db"))
+	for name, db := range map[string]*sql.DB{"writer": s.writer, "reader": s.readers} {
+		for _, tc := range []struct {
+			pragma string
+			want   string
+		}{
+			{"journal_mode", "wal"},
+			{"synchronous", "2"}, // FULL
+			{"busy_timeout", "10000"},
+			{"foreign_keys", "1"},
+		} {
+			var got string
+			if err := db.QueryRowContext(t.Context(), "PRAGMA "+tc.pragma).Scan(&got); err != nil {
+				t.Fatalf("%s: PRAGMA %s: %v", name, tc.pragma, err)
+			}
+			if got != tc.want {
+				t.Errorf("%s: PRAGMA %s = %s, want %s", name, tc.pragma, got, tc.want)
+			}
+		}
+	}
+	if _, err := s.readers.ExecContext(t.Context(), `DELETE FROM records`); err == nil {
+		t.Errorf("a write through the reader pool succeeded, want it refused (query_only)")
+	}
+}
+
+func TestRejectsEmptyKey(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "bucketbroker.db"))
+	for name, r := range map[string]*engine.Record{
+		"NoKind": {ID: "x"},
+		"NoID":   {Kind: engine.KindInstance},
+	} {
+		if err := s.Insert(t.Context(), r); err == nil || errors.Is(err, engine.ErrExists) {
+			t.Errorf("%s: Insert: got error %v, want a validation error", name, err)
+		}
+		if err := s.Update(t.Context(), r); err == nil || errors.Is(err, engine.ErrNotFound) {
+			t.Errorf("%s: Update: got error %v, want a validation error", name, err)
+		}
+	}
+}
+
+// TestLockWait holds SQLite's write lock from another connection, as another
+// process would, and checks that a write waits for it (busy_timeout) rather
+// than failing with "database is locked", and that the caller's context ends
+// the wait.
+func TestLockWait(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bucketbroker.db")
+	s := open(t, path)
+	other := rawDB(t, path)
+
+	lock := func(t *testing.T) *sql.Tx {
+		t.Helper()
+		tx, err := other.BeginTx(t.Context(), nil) // BEGIN IMMEDIATE
+		if err != nil {
+			t.Fatalf("take the write lock: %v", err)
+		}
+		return tx
+	}
+
+	t.Run("WaitsForLock", func(t *testing.T) {
+		tx := lock(t)
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			_ = tx.Commit()
+		}()
+		if err := s.Insert(t.Context(), record("after-wait")); err != nil {
+			t.Fatalf("Insert while another connection held the lock briefly: %v", err)
+		}
+	})
+
+	t.Run("ContextEndsWait", func(t *testing.T) {
+		tx := lock(t)
+		defer tx.Rollback()
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err := s.Insert(ctx, record("never"))
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Insert behind a held lock: got error %v, want context.DeadlineExceeded", err)
+		}
+		if d := time.Since(start); d > busyTimeout/2 {
+			t.Errorf("Insert returned after %v, want soon after its 200ms deadline", d)
+		}
+	})
+}
+
+// TestTwoStoresOneFile is two processes sharing a database file: their
+// writes contend for SQLite's file lock rather than for one connection, and
+// busy_timeout must still turn that into waiting, never "database is locked".
+func TestTwoStoresOneFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bucketbroker.db")
+	stores := []*Store{open(t, path), open(t, path)}
+
+	const n = 100
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			errs[i] = stores[i%2].Insert(t.Context(), record("same"))
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	var ok, exists int
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, engine.ErrExists):
+			exists++
+		default:
+			t.Errorf("goroutine %d: %v", i, err)
+		}
+	}
+	if ok != 1 || exists != n-1 {
+		t.Errorf("%d Inserts through two stores: %d succeeded, %d ErrExists; want 1 and %d", n, ok, exists, n-1)
+	}
+	a, err := stores[0].Get(t.Context(), engine.KindBinding, "same")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := stores[1].Get(t.Context(), engine.KindBinding, "same")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(a, b, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("the two stores disagree (-first +second):\n%s", diff)
+	}
+}
+
+func BenchmarkInsertGet(b *testing.B) {
+	s := open(b, filepath.Join(b.TempDir(), "bucketbroker.db"))
+	ctx := b.Context()
+	var ids atomic.Int64 // unique across the runs the benchmark framework makes
+	b.Run("Insert", func(b *testing.B) {
+		for b.Loop() {
+			if err := s.Insert(ctx, record(fmt.Sprintf("insert-%d", ids.Add(1)))); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	if err := s.Insert(ctx, record("get")); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("InsertParallel", func(b *testing.B) {
+		b.SetParallelism(50) // many requests at once, as under a burst of provisions
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := s.Insert(ctx, record(fmt.Sprintf("parallel-%d", ids.Add(1)))); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+	b.Run("Get", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.Get(ctx, engine.KindBinding, "get"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("GetParallel", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := s.Get(ctx, engine.KindBinding, "get"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+	b.Run("GetDuringInserts", func(b *testing.B) {
+		// Reads while a steady stream of writes waits for fsync: with a
+		// separate reader pool they do not queue behind the writes.
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if err := s.Insert(ctx, record(fmt.Sprintf("background-%d", ids.Add(1)))); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := s.Get(ctx, engine.KindBinding, "get"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.StopTimer()
+		close(stop)
+		wg.Wait()
+	})
+	b.Run("UpdateParallel", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			r := record(fmt.Sprintf("update-%d", ids.Add(1)))
+			if err := s.Insert(ctx, r); err != nil {
+				b.Fatal(err)
+			}
+			for pb.Next() {
+				if err := s.Update(ctx, r); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.Get(ctx, r.Kind, r.ID); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+}
