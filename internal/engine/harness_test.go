@@ -165,7 +165,7 @@ func (g *gate) waitEntered(t *testing.T) {
 }
 
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	url    string
 	prefix string
 	store  *sqlite.Store
@@ -181,7 +181,7 @@ type harnessOpts struct {
 	asyncTimeout time.Duration
 }
 
-func newHarness(t *testing.T, opts ...harnessOpts) *harness {
+func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 	t.Helper()
 	var o harnessOpts
 	if len(opts) > 0 {

@@ -1,0 +1,299 @@
+package s3iam
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/http"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+// deleteBatch is the most keys one DeleteObjects call takes.
+const deleteBatch = 1000
+
+// bucketState is what one look at a bucket shows.
+type bucketState struct {
+	exists bool
+	// hidden: the bucket exists but the driver's credentials may not look
+	// at it (HTTP 403), so it is someone else's.
+	hidden bool
+	// tags is the bucket's tag set, empty when it has none.
+	tags map[string]string
+}
+
+func (b bucketState) owner() string { return b.tags[OwnerTagKey] }
+
+func (d *Driver) observeBucket(ctx context.Context, name string) (bucketState, error) {
+	_, err := d.s3.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &name})
+	switch {
+	case err == nil:
+	case hasCode(err, codesNoBucket...) || httpStatus(err) == http.StatusNotFound:
+		return bucketState{}, nil
+	case httpStatus(err) == http.StatusForbidden:
+		return bucketState{exists: true, hidden: true}, nil
+	case httpStatus(err) == http.StatusBadRequest:
+		// A HEAD answer has no body to say what was wrong (an invalid
+		// name, a wrong region): GetBucketTagging below will tell.
+	default:
+		return bucketState{}, mapBucketErr(err, "head bucket %q", name)
+	}
+
+	out, err := d.s3.GetBucketTagging(ctx, &s3.GetBucketTaggingInput{Bucket: &name})
+	switch {
+	case err == nil:
+	case hasCode(err, codesNoTags...):
+		return bucketState{exists: true, tags: map[string]string{}}, nil
+	case hasCode(err, codesNoBucket...):
+		return bucketState{}, nil // deleted since HeadBucket
+	default:
+		return bucketState{}, mapBucketErr(err, "get tags of bucket %q", name)
+	}
+	tags := make(map[string]string, len(out.TagSet))
+	for _, t := range out.TagSet {
+		tags[aws.ToString(t.Key)] = aws.ToString(t.Value)
+	}
+	return bucketState{exists: true, tags: tags}, nil
+}
+
+// ownedByOther explains why the bucket is not ours to touch.
+func (b bucketState) ownedByOther(name string) error {
+	switch {
+	case b.hidden:
+		return fmt.Errorf("bucket %q exists and the driver's credentials may not read it: %w", name, driver.ErrOwnedByOther)
+	case b.owner() == "":
+		return fmt.Errorf("bucket %q exists without an owner mark: %w", name, driver.ErrOwnedByOther)
+	}
+	return fmt.Errorf("bucket %q carries owner mark %q: %w", name, b.owner(), driver.ErrOwnedByOther)
+}
+
+// EnsureBucket implements driver.Driver.
+func (d *Driver) EnsureBucket(ctx context.Context, spec driver.BucketSpec) error {
+	if err := requireNames("bucket name", spec.Name, "owner", spec.Owner); err != nil {
+		return err
+	}
+	want := map[string]string{OwnerTagKey: spec.Owner}
+	for k, v := range spec.Tags {
+		if strings.HasPrefix(k, reservedTagPrefix) {
+			return invalid("bucket %q: tag %q is in the reserved %s namespace", spec.Name, k, reservedTagPrefix)
+		}
+		want[k] = v
+	}
+
+	b, err := d.observeBucket(ctx, spec.Name)
+	if err != nil {
+		return err
+	}
+	if !b.exists {
+		created, err := d.createBucket(ctx, spec.Name)
+		if err != nil {
+			return err
+		}
+		if created {
+			return d.putBucketTags(ctx, spec.Name, want)
+		}
+		// Someone (a retry of ours, or the operator with the same keys)
+		// created it in between: judge it by its mark like any other.
+		if b, err = d.observeBucket(ctx, spec.Name); err != nil {
+			return err
+		}
+		if !b.exists {
+			return fmt.Errorf("bucket %q: reported as already owned, then as missing", spec.Name)
+		}
+	}
+
+	switch {
+	case b.hidden:
+		return b.ownedByOther(spec.Name)
+	case b.owner() == spec.Owner:
+		if maps.Equal(b.tags, want) {
+			return nil
+		}
+	case b.owner() == "" && spec.AdoptUnmarked:
+		// Our own creation, marked by this call after a crash.
+	default:
+		return b.ownedByOther(spec.Name)
+	}
+	return d.putBucketTags(ctx, spec.Name, want)
+}
+
+// createBucket creates the bucket and reports false if it already existed
+// under the driver's own account.
+func (d *Driver) createBucket(ctx context.Context, name string) (bool, error) {
+	in := &s3.CreateBucketInput{Bucket: &name}
+	// us-east-1 is the one region that refuses an explicit constraint.
+	if d.region != defaultRegion {
+		in.CreateBucketConfiguration = &types.CreateBucketConfiguration{
+			LocationConstraint: types.BucketLocationConstraint(d.region),
+		}
+	}
+	_, err := d.s3.CreateBucket(ctx, in)
+	switch {
+	case err == nil:
+		return true, nil
+	case hasCode(err, "BucketAlreadyOwnedByYou"):
+		return false, nil
+	case hasCode(err, "BucketAlreadyExists"):
+		return false, fmt.Errorf("bucket %q exists in another account: %w", name, driver.ErrOwnedByOther)
+	}
+	return false, mapBucketErr(err, "create bucket %q", name)
+}
+
+func (d *Driver) putBucketTags(ctx context.Context, name string, tags map[string]string) error {
+	set := make([]types.Tag, 0, len(tags))
+	for k, v := range tags {
+		set = append(set, types.Tag{Key: aws.String(k), Value: aws.String(v)})
+	}
+	_, err := d.s3.PutBucketTagging(ctx, &s3.PutBucketTaggingInput{
+		Bucket:  &name,
+		Tagging: &types.Tagging{TagSet: set},
+	})
+	if err != nil {
+		return mapBucketErr(err, "tag bucket %q", name)
+	}
+	return nil
+}
+
+// DeleteBucket implements driver.Driver.
+func (d *Driver) DeleteBucket(ctx context.Context, name, owner string, purge bool) error {
+	if err := requireNames("bucket name", name, "owner", owner); err != nil {
+		return err
+	}
+	b, err := d.observeBucket(ctx, name)
+	if err != nil {
+		return err
+	}
+	if !b.exists {
+		return nil
+	}
+	if b.hidden || b.owner() != owner {
+		return b.ownedByOther(name)
+	}
+	if purge {
+		if err := d.purge(ctx, name); err != nil {
+			return err
+		}
+	}
+	_, err = d.s3.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: &name})
+	switch {
+	case err == nil, hasCode(err, codesNoBucket...):
+		return nil
+	case hasCode(err, "BucketNotEmpty") && purge:
+		// Objects written while we purged: a retry purges them too.
+		return fmt.Errorf("delete bucket %q: objects were written during the purge: %w", name, err)
+	case hasCode(err, "BucketNotEmpty"):
+		return fmt.Errorf("delete bucket %q: %w", name, driver.ErrBucketNotEmpty)
+	}
+	return mapBucketErr(err, "delete bucket %q", name)
+}
+
+// purge removes everything a bucket holds: unfinished multipart uploads,
+// every object version and delete marker where versioning was ever on,
+// and every current object.
+func (d *Driver) purge(ctx context.Context, name string) error {
+	if err := d.abortUploads(ctx, name); err != nil {
+		return err
+	}
+	if err := d.deleteVersions(ctx, name); err != nil {
+		return err
+	}
+	pages := s3.NewListObjectsV2Paginator(d.s3, &s3.ListObjectsV2Input{Bucket: &name})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return mapBucketErr(err, "purge bucket %q: list objects", name)
+		}
+		ids := make([]types.ObjectIdentifier, 0, len(page.Contents))
+		for _, o := range page.Contents {
+			ids = append(ids, types.ObjectIdentifier{Key: o.Key})
+		}
+		if err := d.deleteObjects(ctx, name, ids); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Driver) abortUploads(ctx context.Context, name string) error {
+	pages := s3.NewListMultipartUploadsPaginator(d.s3, &s3.ListMultipartUploadsInput{Bucket: &name})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if hasCode(err, codesNotSupported...) {
+			return nil
+		}
+		if err != nil {
+			return mapBucketErr(err, "purge bucket %q: list multipart uploads", name)
+		}
+		for _, u := range page.Uploads {
+			_, err := d.s3.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: &name, Key: u.Key, UploadId: u.UploadId})
+			if err != nil && !hasCode(err, "NoSuchUpload") {
+				return mapBucketErr(err, "purge bucket %q: abort upload of %q", name, aws.ToString(u.Key))
+			}
+		}
+	}
+	return nil
+}
+
+// deleteVersions deletes all versions and delete markers of a bucket that
+// has, or had, versioning on. A server without versioning support is fine:
+// its buckets have current objects only.
+func (d *Driver) deleteVersions(ctx context.Context, name string) error {
+	v, err := d.s3.GetBucketVersioning(ctx, &s3.GetBucketVersioningInput{Bucket: &name})
+	if hasCode(err, codesNotSupported...) {
+		return nil
+	}
+	if err != nil {
+		return mapBucketErr(err, "purge bucket %q: get versioning", name)
+	}
+	if v.Status == "" { // never enabled: no versions beside current objects
+		return nil
+	}
+	pages := s3.NewListObjectVersionsPaginator(d.s3, &s3.ListObjectVersionsInput{Bucket: &name})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if hasCode(err, codesNotSupported...) {
+			return nil
+		}
+		if err != nil {
+			return mapBucketErr(err, "purge bucket %q: list object versions", name)
+		}
+		ids := make([]types.ObjectIdentifier, 0, len(page.Versions)+len(page.DeleteMarkers))
+		for _, o := range page.Versions {
+			ids = append(ids, types.ObjectIdentifier{Key: o.Key, VersionId: o.VersionId})
+		}
+		for _, o := range page.DeleteMarkers {
+			ids = append(ids, types.ObjectIdentifier{Key: o.Key, VersionId: o.VersionId})
+		}
+		if err := d.deleteObjects(ctx, name, ids); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Driver) deleteObjects(ctx context.Context, name string, ids []types.ObjectIdentifier) error {
+	for len(ids) > 0 {
+		n := min(len(ids), deleteBatch)
+		out, err := d.s3.DeleteObjects(ctx, &s3.DeleteObjectsInput{
+			Bucket: &name,
+			Delete: &types.Delete{Objects: ids[:n], Quiet: aws.Bool(true)},
+		})
+		if err != nil {
+			return mapBucketErr(err, "purge bucket %q: delete objects", name)
+		}
+		for _, e := range out.Errors {
+			if aws.ToString(e.Code) == "NoSuchKey" || aws.ToString(e.Code) == "NoSuchVersion" {
+				continue
+			}
+			return fmt.Errorf("purge bucket %q: delete %q: %s: %s (and %d more in the batch)",
+				name, aws.ToString(e.Key), aws.ToString(e.Code), aws.ToString(e.Message), len(out.Errors)-1)
+		}
+		ids = ids[n:]
+	}
+	return nil
+}

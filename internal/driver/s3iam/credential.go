@@ -1,0 +1,277 @@
+package s3iam
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
+	"github.com/aws/aws-sdk-go-v2/service/iam/types"
+
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+// userState is what one look at an IAM user shows.
+type userState struct {
+	exists bool
+	// owner is the user's owner mark, empty when it has none.
+	owner string
+}
+
+func (u userState) ownedByOther(name string) error {
+	if u.owner == "" {
+		return fmt.Errorf("user %q exists without an owner mark: %w", name, driver.ErrOwnedByOther)
+	}
+	return fmt.Errorf("user %q carries owner mark %q: %w", name, u.owner, driver.ErrOwnedByOther)
+}
+
+func (d *Driver) observeUser(ctx context.Context, name string) (userState, error) {
+	out, err := d.iam.GetUser(ctx, &iam.GetUserInput{UserName: &name})
+	if hasCode(err, codesNoEntity...) {
+		return userState{}, nil
+	}
+	if err != nil {
+		return userState{}, mapIAMErr(err, "get user %q", name)
+	}
+	tags := out.User.Tags
+	if len(tags) == 0 {
+		// Some servers leave tags out of GetUser.
+		pages := iam.NewListUserTagsPaginator(d.iam, &iam.ListUserTagsInput{UserName: &name})
+		for pages.HasMorePages() {
+			page, err := pages.NextPage(ctx)
+			if hasCode(err, codesNoEntity...) {
+				return userState{}, nil
+			}
+			if err != nil {
+				return userState{}, mapIAMErr(err, "list tags of user %q", name)
+			}
+			tags = append(tags, page.Tags...)
+		}
+	}
+	return userState{exists: true, owner: ownerTag(tags)}, nil
+}
+
+func ownerTag(tags []types.Tag) string {
+	for _, t := range tags {
+		if aws.ToString(t.Key) == OwnerTagKey {
+			return aws.ToString(t.Value)
+		}
+	}
+	return ""
+}
+
+// EnsureCredential implements driver.Driver.
+func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpec) (driver.Credential, error) {
+	if err := requireNames("user name", spec.UserName, "owner", spec.Owner, "bucket", spec.Bucket); err != nil {
+		return driver.Credential{}, err
+	}
+	policy, err := policyDocument(d.partition, spec.Bucket, spec.Access)
+	if err != nil {
+		return driver.Credential{}, err
+	}
+
+	u, err := d.observeUser(ctx, spec.UserName)
+	if err != nil {
+		return driver.Credential{}, err
+	}
+	if !u.exists {
+		if u, err = d.createUser(ctx, spec.UserName, spec.Owner); err != nil {
+			return driver.Credential{}, err
+		}
+	}
+	if u.owner != spec.Owner {
+		return driver.Credential{}, u.ownedByOther(spec.UserName)
+	}
+
+	// The policy before any key: a key is never live with a stale scope.
+	_, err = d.iam.PutUserPolicy(ctx, &iam.PutUserPolicyInput{
+		UserName:       &spec.UserName,
+		PolicyName:     aws.String(PolicyName),
+		PolicyDocument: &policy,
+	})
+	if err != nil {
+		return driver.Credential{}, mapIAMErr(err, "put policy of user %q", spec.UserName)
+	}
+
+	keys, err := d.listKeys(ctx, spec.UserName)
+	if err != nil {
+		return driver.Credential{}, err
+	}
+	kept := false
+	for _, k := range keys {
+		id := aws.ToString(k.AccessKeyId)
+		if spec.KeepKeyID != "" && id == spec.KeepKeyID {
+			kept = true
+			if k.Status != types.StatusTypeActive {
+				_, err := d.iam.UpdateAccessKey(ctx, &iam.UpdateAccessKeyInput{
+					UserName: &spec.UserName, AccessKeyId: &id, Status: types.StatusTypeActive,
+				})
+				if err != nil {
+					return driver.Credential{}, mapIAMErr(err, "activate key %s of user %q", id, spec.UserName)
+				}
+			}
+			continue
+		}
+		// A key whose answer was lost (a crash after CreateAccessKey):
+		// nobody holds its secret, so it must not stay live.
+		if err := d.deleteKey(ctx, spec.UserName, id); err != nil {
+			return driver.Credential{}, err
+		}
+	}
+	if kept {
+		return driver.Credential{AccessKeyID: spec.KeepKeyID}, nil
+	}
+
+	out, err := d.iam.CreateAccessKey(ctx, &iam.CreateAccessKeyInput{UserName: &spec.UserName})
+	if err != nil {
+		return driver.Credential{}, mapIAMErr(err, "create key for user %q", spec.UserName)
+	}
+	return driver.Credential{
+		AccessKeyID:     aws.ToString(out.AccessKey.AccessKeyId),
+		SecretAccessKey: aws.ToString(out.AccessKey.SecretAccessKey),
+	}, nil
+}
+
+// createUser creates the user with its owner mark in the same call, so a
+// user of ours is never unmarked.
+func (d *Driver) createUser(ctx context.Context, name, owner string) (userState, error) {
+	out, err := d.iam.CreateUser(ctx, &iam.CreateUserInput{
+		UserName: &name,
+		Path:     aws.String(UserPath),
+		Tags:     []types.Tag{{Key: aws.String(OwnerTagKey), Value: &owner}},
+	})
+	if hasCode(err, "EntityAlreadyExists") {
+		return d.observeUser(ctx, name)
+	}
+	if err != nil {
+		return userState{}, mapIAMErr(err, "create user %q", name)
+	}
+	if out.User != nil && ownerTag(out.User.Tags) == "" {
+		// For servers that ignore Tags on CreateUser but support TagUser.
+		_, err := d.iam.TagUser(ctx, &iam.TagUserInput{
+			UserName: &name,
+			Tags:     []types.Tag{{Key: aws.String(OwnerTagKey), Value: &owner}},
+		})
+		if err != nil {
+			return userState{}, mapIAMErr(err, "tag user %q", name)
+		}
+	}
+	return userState{exists: true, owner: owner}, nil
+}
+
+func (d *Driver) listKeys(ctx context.Context, user string) ([]types.AccessKeyMetadata, error) {
+	var keys []types.AccessKeyMetadata
+	pages := iam.NewListAccessKeysPaginator(d.iam, &iam.ListAccessKeysInput{UserName: &user})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, mapIAMErr(err, "list keys of user %q", user)
+		}
+		keys = append(keys, page.AccessKeyMetadata...)
+	}
+	return keys, nil
+}
+
+func (d *Driver) deleteKey(ctx context.Context, user, id string) error {
+	_, err := d.iam.DeleteAccessKey(ctx, &iam.DeleteAccessKeyInput{UserName: &user, AccessKeyId: &id})
+	if err != nil && !hasCode(err, codesNoEntity...) {
+		return mapIAMErr(err, "delete key %s of user %q", id, user)
+	}
+	return nil
+}
+
+// RevokeCredential implements driver.Driver.
+func (d *Driver) RevokeCredential(ctx context.Context, userName, owner string) error {
+	if err := requireNames("user name", userName, "owner", owner); err != nil {
+		return err
+	}
+	u, err := d.observeUser(ctx, userName)
+	if err != nil {
+		return err
+	}
+	if !u.exists {
+		return nil
+	}
+	if u.owner != owner {
+		return u.ownedByOther(userName)
+	}
+
+	// Keys first: from here on the credential is dead even if a later
+	// step fails and is retried.
+	keys, err := d.listKeys(ctx, userName)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := d.deleteKey(ctx, userName, aws.ToString(k.AccessKeyId)); err != nil {
+			return err
+		}
+	}
+
+	var policies []string
+	pages := iam.NewListUserPoliciesPaginator(d.iam, &iam.ListUserPoliciesInput{UserName: &userName})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return mapIAMErr(err, "list policies of user %q", userName)
+		}
+		policies = append(policies, page.PolicyNames...)
+	}
+	for _, p := range policies {
+		_, err := d.iam.DeleteUserPolicy(ctx, &iam.DeleteUserPolicyInput{UserName: &userName, PolicyName: &p})
+		if err != nil && !hasCode(err, codesNoEntity...) {
+			return mapIAMErr(err, "delete policy %q of user %q", p, userName)
+		}
+	}
+
+	_, err = d.iam.DeleteUser(ctx, &iam.DeleteUserInput{UserName: &userName})
+	if err != nil && !hasCode(err, codesNoEntity...) {
+		// DeleteConflict: someone attached what we never create (a group,
+		// a managed policy, a login profile). Left for an operator.
+		return mapIAMErr(err, "delete user %q", userName)
+	}
+	return nil
+}
+
+// policyDocument is the inline policy that allows access to one bucket and
+// nothing else. Bucket-level actions name the bucket ARN, object-level
+// actions its objects.
+func policyDocument(partition, bucket string, access driver.Access) (string, error) {
+	var bucketActions, objectActions []string
+	switch access {
+	case driver.AccessReadWrite:
+		bucketActions = []string{"s3:ListBucket", "s3:GetBucketLocation", "s3:ListBucketMultipartUploads"}
+		objectActions = []string{"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"}
+	case driver.AccessReadOnly:
+		bucketActions = []string{"s3:ListBucket", "s3:GetBucketLocation"}
+		objectActions = []string{"s3:GetObject"}
+	case driver.AccessWriteOnly:
+		bucketActions = []string{"s3:GetBucketLocation", "s3:ListBucketMultipartUploads"}
+		objectActions = []string{"s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"}
+	default:
+		return "", invalid("access mode %q", access)
+	}
+	type statement struct {
+		Sid      string
+		Effect   string
+		Action   []string
+		Resource []string
+	}
+	arn := "arn:" + partition + ":s3:::" + bucket
+	doc := struct {
+		Version   string
+		Statement []statement
+	}{
+		Version: "2012-10-17",
+		Statement: []statement{
+			{Sid: "Bucket", Effect: "Allow", Action: bucketActions, Resource: []string{arn}},
+			{Sid: "Objects", Effect: "Allow", Action: objectActions, Resource: []string{arn + "/*"}},
+		},
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return "", fmt.Errorf("encode policy: %w", err)
+	}
+	return string(b), nil
+}

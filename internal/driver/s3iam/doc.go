@@ -1,0 +1,66 @@
+// Package s3iam is the driver for any backend that speaks the S3 API for
+// buckets and the AWS IAM API for users: AWS itself, versitygw (and so
+// bucketbroker's embedded server), Ceph RGW, SeaweedFS. It uses only
+// calls those servers share.
+//
+// # Owner marks
+//
+// Every bucket the driver makes carries the tag bucketbroker.io/owner with
+// the caller's owner mark, written by PutBucketTagging right after
+// CreateBucket; extra tags from the spec sit beside it and are replaced on
+// each EnsureBucket. Keys under bucketbroker.io/ are reserved. Every user
+// is created with path /bucketbroker/ and the same tag, in the CreateUser
+// call itself, so a user of ours is never unmarked.
+//
+// Each call looks before it acts. A resource with the caller's mark is
+// adopted; one with another mark, or none, is refused with
+// driver.ErrOwnedByOther and left exactly as it was. The one exception is
+// a bucket without any mark when the spec says AdoptUnmarked: that is the
+// engine telling us it created the bucket and crashed before the tag was
+// written. A bucket the driver's credentials may not even look at (HTTP
+// 403) belongs to another account and is refused the same way.
+//
+// # Policy scoping
+//
+// A credential is an IAM user with one inline policy,
+// bucketbroker-bucket-access, allowing the actions of its access mode on
+// arn:aws:s3:::BUCKET (listing, location, multipart listing) and on
+// arn:aws:s3:::BUCKET/* (object actions) and nothing else. read-write may
+// get, put, delete and list; read-only may get and list; write-only may put
+// (multipart included) but not read or list. The policy is written on
+// every EnsureCredential, before any key is made, so a changed spec takes
+// effect and no key is ever live with a stale scope.
+//
+// # Lost keys
+//
+// A secret access key is shown once, in the CreateAccessKey answer. If the
+// process crashes before the engine records it, the key is live and nobody
+// holds it. So EnsureCredential takes the key id the engine did record
+// (KeepKeyID) and deletes every other key of the user before it makes a
+// new one (AWS allows only two per user): the orphan dies, the recorded key is returned without its secret
+// (the caller has it), and if there is no recorded live key a new one is
+// made and returned with its secret. Whatever the crash, at most one key
+// is live after the call, and it is one the caller knows.
+//
+// RevokeCredential deletes the keys first, then the inline policies, then
+// the user, so a credential is dead from the first step on, even if a later
+// step fails and is retried.
+//
+// # Calls and errors
+//
+// Every SDK call gets a deadline (Config.CallTimeout, 30s by default) when
+// the caller's context has none, and keeps the SDK's standard retryer
+// (three attempts with backoff). Errors are classified by API error code:
+// missing things (NoSuchBucket, NoSuchTagSet, NoSuchEntity) are states, not
+// errors; BucketAlreadyExists is driver.ErrOwnedByOther; refusals no retry
+// can fix (InvalidBucketName, InvalidTag, ValidationError,
+// MalformedPolicyDocument) wrap driver.ErrInvalid. Secrets never appear in
+// errors. Observe with an empty request checks both endpoints and returns
+// an *EndpointError per failing one, naming the endpoint and the cause.
+//
+// Checksums are sent only where the S3 API requires them (DeleteObjects),
+// because several S3-compatible servers reject the SDK's default trailing
+// checksums. Requests to a custom IAM endpoint are signed for us-east-1
+// (Config.IAMRegion), the region IAM uses in the aws partition and the one
+// versitygw and Ceph expect.
+package s3iam

@@ -1,0 +1,58 @@
+package s3iam
+
+import (
+	"context"
+	"errors"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+// Observe implements driver.Driver.
+func (d *Driver) Observe(ctx context.Context, req driver.ObserveRequest) (driver.Observation, error) {
+	if req.Bucket == "" && req.UserName == "" {
+		return driver.Observation{}, d.check(ctx)
+	}
+	var obs driver.Observation
+	if req.Bucket != "" {
+		b, err := d.observeBucket(ctx, req.Bucket)
+		if err != nil {
+			return driver.Observation{}, err
+		}
+		obs.BucketExists, obs.BucketOwner = b.exists, b.owner()
+	}
+	if req.UserName != "" {
+		u, err := d.observeUser(ctx, req.UserName)
+		if err != nil {
+			return driver.Observation{}, err
+		}
+		obs.UserExists, obs.UserOwner = u.exists, u.owner
+		if u.exists {
+			keys, err := d.listKeys(ctx, req.UserName)
+			if err != nil {
+				return driver.Observation{}, err
+			}
+			for _, k := range keys {
+				obs.KeyIDs = append(obs.KeyIDs, aws.ToString(k.AccessKeyId))
+			}
+		}
+	}
+	return obs, nil
+}
+
+// check asks both endpoints for the smallest listing the driver's
+// credentials must be allowed anyway, and says which one failed and why.
+func (d *Driver) check(ctx context.Context) error {
+	var errs []error
+	if _, err := d.s3.ListBuckets(ctx, &s3.ListBucketsInput{MaxBuckets: aws.Int32(1)}); err != nil {
+		errs = append(errs, endpointError("S3", d.s3Name, err))
+	}
+	_, err := d.iam.ListUsers(ctx, &iam.ListUsersInput{PathPrefix: aws.String(UserPath), MaxItems: aws.Int32(1)})
+	if err != nil {
+		errs = append(errs, endpointError("IAM", d.iamName, err))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,400 @@
+package s3gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/versity/versitygw/backend/meta"
+	"github.com/versity/versitygw/backend/posix"
+	"github.com/versity/versitygw/embedgw"
+)
+
+const (
+	// DefaultRegion is the S3 signing region when Config.Region is empty.
+	DefaultRegion = "us-east-1"
+	// IAMRegion is the region IAM API requests are signed for: versitygw,
+	// like AWS IAM in the aws partition, accepts only us-east-1.
+	IAMRegion = "us-east-1"
+
+	defaultListen = "127.0.0.1:0"
+	startTimeout  = 30 * time.Second
+	pollInterval  = 20 * time.Millisecond
+	probeTimeout  = 2 * time.Second
+	// Concurrency limits of each listener: far above what bucketbroker's
+	// own traffic needs, so that applications using the credentials it
+	// hands out are not throttled in a single-node deployment.
+	maxConnections = 1000
+	maxRequests    = 1000
+	// portAttempts bounds the retries when a port chosen for a ":0" listen
+	// address is taken by another process before versitygw binds it.
+	portAttempts = 3
+	// maxSocketPath keeps the private socket path below the kernel limit
+	// for sockaddr_un (108 bytes with the terminating NUL).
+	maxSocketPath = 100
+)
+
+// running guards the versitygw package globals: one Server per process.
+var running atomic.Bool
+
+// Config configures the embedded servers.
+type Config struct {
+	// DataDir holds objects/ and iam/; created (0700) if missing.
+	DataDir string
+	// S3Listen and IAMListen are host:port addresses; port 0 picks a free
+	// port. Empty means 127.0.0.1:0.
+	S3Listen  string
+	IAMListen string
+	// RootAccessKey and RootSecretKey are the root account of both APIs.
+	RootAccessKey string
+	RootSecretKey string
+	// Region is the S3 signing region; empty means us-east-1.
+	Region string
+}
+
+// Server is a running S3 gateway and IAM API pair.
+type Server struct {
+	s3Addr  string
+	iamAddr string
+	region  string
+	sockDir string
+
+	gw   *component
+	iam  *component
+	stop chan struct{}
+	once sync.Once
+
+	closed chan struct{}
+	err    error // set before closed is closed
+}
+
+// component is one blocking versitygw Run function in its own goroutine.
+type component struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // set before done is closed
+}
+
+func launch(run func(context.Context) error) *component {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &component{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		c.err = run(ctx)
+	}()
+	return c
+}
+
+func (c *component) shutdown() error {
+	c.cancel()
+	<-c.done
+	return c.err
+}
+
+// Start creates the data directories, starts the IAM API and then the S3
+// gateway, and returns once both accept the root credentials. ctx bounds
+// the startup only (at most 30s); the servers run until Stop is called or
+// one of them fails.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("start embedded S3 server: data directory is required")
+	}
+	if cfg.RootAccessKey == "" || cfg.RootSecretKey == "" {
+		return nil, errors.New("start embedded S3 server: root access key and secret key are required")
+	}
+	if cfg.S3Listen == "" {
+		cfg.S3Listen = defaultListen
+	}
+	if cfg.IAMListen == "" {
+		cfg.IAMListen = defaultListen
+	}
+	if cfg.Region == "" {
+		cfg.Region = DefaultRegion
+	}
+	// posix.New changes the working directory: nothing below may depend on
+	// a relative path.
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded S3 server: data directory %q: %w", cfg.DataDir, err)
+	}
+	objectsDir := filepath.Join(dataDir, "objects")
+	iamDir := filepath.Join(dataDir, "iam")
+	for _, dir := range []string{dataDir, objectsDir, iamDir} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("start embedded S3 server: %w", err)
+		}
+	}
+
+	if !running.CompareAndSwap(false, true) {
+		return nil, errors.New("start embedded S3 server: one is already running in this process (versitygw allows one per process)")
+	}
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+
+	s := &Server{region: cfg.Region, stop: make(chan struct{}), closed: make(chan struct{})}
+	if err := s.start(ctx, cfg, objectsDir, iamDir); err != nil {
+		if s.gw != nil {
+			_ = s.gw.shutdown() // its error is in err already, or it was healthy
+		}
+		if s.iam != nil {
+			_ = s.iam.shutdown()
+		}
+		if s.sockDir != "" {
+			_ = os.RemoveAll(s.sockDir)
+		}
+		running.Store(false)
+		return nil, err
+	}
+	go s.supervise()
+	return s, nil
+}
+
+func (s *Server) start(ctx context.Context, cfg Config, objectsDir, iamDir string) error {
+	sockDir, err := socketDir()
+	if err != nil {
+		return fmt.Errorf("start embedded IAM API: %w", err)
+	}
+	s.sockDir = sockDir
+	sockPath := filepath.Join(sockDir, "iam.sock")
+
+	creds := credentials.NewStaticCredentialsProvider(cfg.RootAccessKey, cfg.RootSecretKey, "")
+	s.iamAddr, s.iam, err = startListener(ctx, "IAM API", cfg.IAMListen, func(addr string) (*component, func(context.Context) error) {
+		c := launch(func(ctx context.Context) error {
+			return embedgw.RunIAMAPI(ctx, &embedgw.IAMConfig{
+				RootUserAccess: cfg.RootAccessKey,
+				RootUserSecret: cfg.RootSecretKey,
+				Ports:          []string{addr},
+				MaxConnections: maxConnections,
+				MaxRequests:    maxRequests,
+				PrivatePorts:   []string{sockPath},
+				IAMDir:         iamDir,
+				Quiet:          true,
+			})
+		})
+		client := iam.NewFromConfig(probeConfig(IAMRegion, creds), func(o *iam.Options) {
+			o.BaseEndpoint = aws.String(endpointURL(addr))
+		})
+		return c, func(ctx context.Context) error {
+			// The gateway needs the private socket as much as clients
+			// need the public port.
+			if _, err := os.Stat(sockPath); err != nil {
+				return fmt.Errorf("private socket: %w", err)
+			}
+			_, err := client.ListUsers(ctx, &iam.ListUsersInput{MaxItems: aws.Int32(1)})
+			return err
+		}
+	})
+	if err != nil {
+		return err
+	}
+
+	s.s3Addr, s.gw, err = startListener(ctx, "S3 server", cfg.S3Listen, func(addr string) (*component, func(context.Context) error) {
+		c := launch(func(ctx context.Context) error {
+			// A new backend per run: RunVersityGW shuts it down on return.
+			be, err := posix.New(objectsDir, meta.XattrMeta{}, posix.PosixOpts{})
+			if err != nil {
+				return fmt.Errorf("open object store %s: %w", objectsDir, err)
+			}
+			return embedgw.RunVersityGW(ctx, be, &embedgw.Config{
+				RootUserAccess:        cfg.RootAccessKey,
+				RootUserSecret:        cfg.RootSecretKey,
+				Region:                cfg.Region,
+				Ports:                 []string{addr},
+				MaxConnections:        maxConnections,
+				MaxRequests:           maxRequests,
+				MultipartMaxParts:     10000,
+				StandaloneIAMEndpoint: sockPath,
+				Quiet:                 true,
+			})
+		})
+		client := s3.NewFromConfig(probeConfig(cfg.Region, creds), func(o *s3.Options) {
+			o.BaseEndpoint = aws.String(endpointURL(addr))
+			o.UsePathStyle = true
+		})
+		return c, func(ctx context.Context) error {
+			_, err := client.ListBuckets(ctx, &s3.ListBucketsInput{MaxBuckets: aws.Int32(1)})
+			return err
+		}
+	})
+	return err
+}
+
+// startListener runs one versitygw server on listen and waits until probe
+// succeeds. A port picked for ":0" that another process grabs first is
+// replaced by a new one.
+func startListener(ctx context.Context, what, listen string, run func(addr string) (*component, func(context.Context) error)) (string, *component, error) {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", nil, fmt.Errorf("start embedded %s: listen address %q: %w", what, listen, err)
+	}
+	auto := port == "0"
+	for attempt := 1; ; attempt++ {
+		addr, err := reserve(host, port)
+		if err != nil {
+			return "", nil, fmt.Errorf("start embedded %s on %s: %w", what, listen, bindError(err))
+		}
+		c, probe := run(addr)
+		err = waitReady(ctx, c, probe)
+		if err == nil {
+			return addr, c, nil
+		}
+		_ = c.shutdown()
+		if auto && errors.Is(err, syscall.EADDRINUSE) && attempt < portAttempts {
+			continue
+		}
+		return "", nil, fmt.Errorf("start embedded %s on %s: %w", what, addr, bindError(err))
+	}
+}
+
+// reserve checks that host:port can be bound, picking a free port for port
+// 0, and returns the address to hand to versitygw. The listener is closed
+// again: versitygw only accepts addresses, not listeners.
+func reserve(host, port string) (string, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
+	if err != nil {
+		return "", err
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+	if err := ln.Close(); err != nil {
+		return "", err
+	}
+	return addr, nil
+}
+
+// waitReady polls probe until it succeeds, the component exits, or ctx ends.
+func waitReady(ctx context.Context, c *component, probe func(context.Context) error) error {
+	var last error
+	for {
+		select {
+		case <-c.done:
+			if c.err == nil {
+				return errors.New("server stopped during startup")
+			}
+			return c.err
+		default:
+		}
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		last = probe(pctx)
+		cancel()
+		if last == nil {
+			// A bind failure is reported within moments of the probe
+			// reaching someone else's listener: look once more.
+			select {
+			case <-c.done:
+				continue
+			case <-time.After(pollInterval):
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not ready: %w (last check: %v)", ctx.Err(), last)
+		case <-c.done:
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// bindError shortens a listen error to its errno ("address already in use")
+// when there is one: the address is already part of the message.
+func bindError(err error) error {
+	var errno syscall.Errno
+	if errors.As(err, &errno) && errno == syscall.EADDRINUSE {
+		return errno
+	}
+	return err
+}
+
+func socketDir() (string, error) {
+	dir, err := os.MkdirTemp("", "bucketbroker-iam-")
+	if err == nil && len(filepath.Join(dir, "iam.sock")) <= maxSocketPath {
+		return dir, nil
+	}
+	if err == nil {
+		_ = os.Remove(dir)
+	}
+	// TMPDIR may be long: /tmp is short everywhere this runs.
+	return os.MkdirTemp("/tmp", "bb-iam-")
+}
+
+func probeConfig(region string, creds aws.CredentialsProvider) aws.Config {
+	return aws.Config{
+		Region:      region,
+		Credentials: creds,
+		HTTPClient:  &http.Client{Timeout: probeTimeout},
+		Retryer:     func() aws.Retryer { return aws.NopRetryer{} },
+	}
+}
+
+func endpointURL(addr string) string {
+	host, port, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// supervise stops both servers when Stop is called or either one exits.
+func (s *Server) supervise() {
+	select {
+	case <-s.stop:
+	case <-s.gw.done:
+	case <-s.iam.done:
+	}
+	// The gateway first: it depends on the IAM API, not the other way.
+	var errs []error
+	if err := s.gw.shutdown(); err != nil {
+		errs = append(errs, fmt.Errorf("embedded S3 server on %s: %w", s.s3Addr, err))
+	}
+	if err := s.iam.shutdown(); err != nil {
+		errs = append(errs, fmt.Errorf("embedded IAM API on %s: %w", s.iamAddr, err))
+	}
+	if err := os.RemoveAll(s.sockDir); err != nil {
+		errs = append(errs, err)
+	}
+	s.err = errors.Join(errs...)
+	running.Store(false)
+	close(s.closed)
+}
+
+// S3Endpoint is the URL of the S3 API, like http://127.0.0.1:9000.
+func (s *Server) S3Endpoint() string { return endpointURL(s.s3Addr) }
+
+// IAMEndpoint is the URL of the IAM API.
+func (s *Server) IAMEndpoint() string { return endpointURL(s.iamAddr) }
+
+// Region is the S3 signing region.
+func (s *Server) Region() string { return s.region }
+
+// Stop shuts both servers down and waits for them, or for ctx. It returns
+// what Wait returns.
+func (s *Server) Stop(ctx context.Context) error {
+	s.once.Do(func() { close(s.stop) })
+	select {
+	case <-s.closed:
+		return s.err
+	case <-ctx.Done():
+		return fmt.Errorf("stop embedded S3 server: %w", ctx.Err())
+	}
+}
+
+// Wait blocks until both servers have returned, after Stop or because one
+// of them failed (which stops the other), and returns their errors; nil
+// after a clean Stop.
+func (s *Server) Wait() error {
+	<-s.closed
+	return s.err
+}

@@ -1,0 +1,40 @@
+// Package drivertest is the conformance suite every bucketbroker driver
+// passes, in the spirit of csi-sanity: it holds a driver to the contract in
+// package driver (idempotent calls, owner marks, no touching what is not
+// ours, one live key per credential, keys scoped to their bucket) by
+// driving it against a real S3 server and checking the server's state with
+// plain S3 and IAM clients.
+//
+// A driver author calls Run from a test in the driver's package, after
+// starting (or pointing at) a server:
+//
+//	func TestConformance(t *testing.T) {
+//		d, err := mydriver.New(...)
+//		if err != nil {
+//			t.Fatal(err)
+//		}
+//		drivertest.Run(t, drivertest.Config{
+//			Driver:              d,
+//			S3Endpoint:          endpoint,
+//			IAMEndpoint:         iamEndpoint,
+//			Region:              "us-east-1",
+//			PathStyle:           true,
+//			RootAccessKeyID:     rootKey,
+//			RootSecretAccessKey: rootSecret,
+//			Prefix:              "bbtest",
+//		})
+//	}
+//
+// The root keys are the server's administrator: the suite uses them to make
+// "foreign" resources the driver must refuse (a bucket and a user created
+// behind its back, without owner marks), to look at what the driver left
+// behind, and to clean up. Access checks use the keys the driver hands out,
+// with a real S3 client, so a policy that is too wide or too narrow fails.
+//
+// Every subtest derives its names with driver.BucketName and
+// driver.UserName from a random id, so the suite can run against a shared
+// server, repeatedly, and in parallel with itself; it deletes what it makes.
+// Subtests run in parallel. On servers where IAM changes take time to
+// reach S3 (AWS), set Config.Propagation: checks of a new key or a revoked
+// key then retry for that long instead of expecting the answer at once.
+package drivertest

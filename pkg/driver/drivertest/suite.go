@@ -1,0 +1,683 @@
+package drivertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+// Config points the suite at a driver and the server behind it.
+type Config struct {
+	// Driver is the driver under test.
+	Driver driver.Driver
+	// S3Endpoint is the server's S3 URL; empty means AWS S3.
+	S3Endpoint string
+	// IAMEndpoint is the server's IAM API URL, used with the root keys to
+	// create a user behind the driver's back; empty means AWS IAM when
+	// S3Endpoint is empty too, and skips that one check otherwise.
+	IAMEndpoint string
+	// Region is the S3 signing region; empty means us-east-1.
+	Region string
+	// IAMRegion is the signing region for IAMEndpoint; empty means
+	// us-east-1.
+	IAMRegion string
+	// PathStyle makes the suite's S3 clients use path-style addressing.
+	PathStyle bool
+	// RootAccessKeyID and RootSecretAccessKey are the server's
+	// administrator keys (see the package documentation).
+	RootAccessKeyID     string
+	RootSecretAccessKey string
+	// Prefix starts every bucket and user name; empty means "bbtest".
+	Prefix string
+	// Propagation is how long an IAM change (a new key, a revoked key) may
+	// take to reach S3. Zero means at once.
+	Propagation time.Duration
+}
+
+type suite struct {
+	cfg     Config
+	root    *s3.Client
+	rootIAM *iam.Client // nil when the server's IAM API is unknown
+}
+
+// testTimeout bounds each subtest's calls.
+const testTimeout = 5 * time.Minute
+
+// Run runs the conformance suite as subtests of t. Subtests within a group
+// run in parallel; Run returns when all have finished.
+func Run(t *testing.T, cfg Config) {
+	t.Helper()
+	if cfg.Driver == nil {
+		t.Fatal("drivertest: Config.Driver is nil")
+	}
+	if cfg.RootAccessKeyID == "" || cfg.RootSecretAccessKey == "" {
+		t.Fatal("drivertest: Config.RootAccessKeyID and RootSecretAccessKey are required")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = "bbtest"
+	}
+	if err := driver.ValidatePrefix(cfg.Prefix); err != nil {
+		t.Fatalf("drivertest: %v", err)
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	if cfg.IAMRegion == "" {
+		cfg.IAMRegion = "us-east-1"
+	}
+
+	s := &suite{cfg: cfg}
+	s.root = s.s3Client(cfg.RootAccessKeyID, cfg.RootSecretAccessKey)
+	if cfg.IAMEndpoint != "" || cfg.S3Endpoint == "" {
+		opts := iam.Options{
+			Region:      cfg.Region,
+			Credentials: credentials.NewStaticCredentialsProvider(cfg.RootAccessKeyID, cfg.RootSecretAccessKey, ""),
+		}
+		if cfg.IAMEndpoint != "" {
+			opts.BaseEndpoint = &cfg.IAMEndpoint
+			opts.Region = cfg.IAMRegion
+		}
+		s.rootIAM = iam.New(opts)
+	}
+
+	groups := []struct {
+		name  string
+		tests map[string]func(*testing.T)
+	}{
+		{"Observe", map[string]func(*testing.T){
+			"EmptyRequestChecksBackend": s.testObserveEmpty,
+			"Missing":                   s.testObserveMissing,
+		}},
+		{"Bucket", map[string]func(*testing.T){
+			"EnsureTwice":           s.testEnsureBucketTwice,
+			"OwnedByOther":          s.testBucketOwnedByOther,
+			"Unmarked":              s.testBucketUnmarked,
+			"DeleteMissing":         s.testDeleteMissingBucket,
+			"DeleteEmptyTwice":      s.testDeleteEmptyBucketTwice,
+			"DeleteNotEmpty":        s.testDeleteNotEmptyBucket,
+			"PurgeMoreThanOnePage":  s.testPurgeManyObjects,
+			"InvalidNameIsInvalid":  s.testInvalidBucketName,
+			"EnsureAfterDeleteMade": s.testEnsureAfterDelete,
+		}},
+		{"Credential", map[string]func(*testing.T){
+			"EnsureTwiceKeepsKey": s.testCredentialTwice,
+			"RevokeTwice":         s.testRevokeTwice,
+			"LostAnswer":          s.testLostAnswer,
+			"Scope":               s.testScope,
+			"OwnedByOther":        s.testUserOwnedByOther,
+			"Unmarked":            s.testUserUnmarked,
+			"InvalidAccess":       s.testInvalidAccess,
+		}},
+		{"Names", map[string]func(*testing.T){
+			"DerivedNamesWork": s.testNames,
+		}},
+	}
+	for _, g := range groups {
+		t.Run(g.name, func(t *testing.T) {
+			for _, name := range slices.Sorted(maps.Keys(g.tests)) {
+				fn := g.tests[name]
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					fn(t)
+				})
+			}
+		})
+	}
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// ensureBucket makes a bucket with the driver and deletes it after the test.
+func (s *suite) ensureBucket(ctx context.Context, t *testing.T, spec driver.BucketSpec) {
+	t.Helper()
+	s.removeBucketAfter(t, spec.Name)
+	if err := s.cfg.Driver.EnsureBucket(ctx, spec); err != nil {
+		t.Fatalf("EnsureBucket(%q): %v", spec.Name, err)
+	}
+}
+
+func (s *suite) ensureCredential(ctx context.Context, t *testing.T, spec driver.CredentialSpec) driver.Credential {
+	t.Helper()
+	s.revokeAfter(t, spec.UserName, spec.Owner)
+	c, err := s.cfg.Driver.EnsureCredential(ctx, spec)
+	if err != nil {
+		t.Fatalf("EnsureCredential(%q): %v", spec.UserName, err)
+	}
+	if c.AccessKeyID == "" {
+		t.Fatalf("EnsureCredential(%q) returned no access key id", spec.UserName)
+	}
+	return c
+}
+
+func (s *suite) observe(ctx context.Context, t *testing.T, req driver.ObserveRequest) driver.Observation {
+	t.Helper()
+	obs, err := s.cfg.Driver.Observe(ctx, req)
+	if err != nil {
+		t.Fatalf("Observe(%+v): %v", req, err)
+	}
+	return obs
+}
+
+// wantObject fails the test unless the root keys read body at bucket/key.
+func (s *suite) wantObject(ctx context.Context, t *testing.T, bucket, key, body string) {
+	t.Helper()
+	got, err := get(ctx, s.root, bucket, key)
+	if err != nil {
+		t.Errorf("root: get %s/%s: %v (want it untouched)", bucket, key, err)
+		return
+	}
+	if got != body {
+		t.Errorf("root: %s/%s = %q, want %q (untouched)", bucket, key, got, body)
+	}
+}
+
+func (s *suite) wantBucket(ctx context.Context, t *testing.T, bucket string, exists bool) {
+	t.Helper()
+	_, err := s.root.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &bucket})
+	switch {
+	case exists && err != nil:
+		t.Errorf("root: head bucket %q: %v, want it to exist", bucket, err)
+	case !exists && err == nil:
+		t.Errorf("root: bucket %q exists, want it gone", bucket)
+	case !exists && !notFound(err):
+		t.Errorf("root: head bucket %q: %v, want 404", bucket, err)
+	}
+}
+
+func wantErrorIs(t *testing.T, call string, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Errorf("%s: got error %v, want %v", call, err, target)
+	}
+}
+
+func (s *suite) testObserveEmpty(t *testing.T) {
+	if _, err := s.cfg.Driver.Observe(testContext(t), driver.ObserveRequest{}); err != nil {
+		t.Errorf("Observe({}): %v, want nil: the backend answers and accepts the driver's credentials", err)
+	}
+}
+
+func (s *suite) testObserveMissing(t *testing.T) {
+	n := s.newNames(t)
+	obs := s.observe(testContext(t), t, driver.ObserveRequest{Bucket: n.bucket, UserName: n.user})
+	if obs.BucketExists || obs.UserExists || obs.BucketOwner != "" || obs.UserOwner != "" || len(obs.KeyIDs) != 0 {
+		t.Errorf("Observe(missing names) = %+v, want the zero Observation", obs)
+	}
+}
+
+func (s *suite) testEnsureBucketTwice(t *testing.T) {
+	ctx := testContext(t)
+	n := s.newNames(t)
+	spec := driver.BucketSpec{Name: n.bucket, Owner: n.owner, Tags: map[string]string{"team": "a"}}
+	s.ensureBucket(ctx, t, spec)
+	if err := put(ctx, s.root, n.bucket, "data.txt", "first"); err != nil {
+		t.Fatalf("root: put: %v", err)
+	}
+	if err := s.cfg.Driver.EnsureBucket(ctx, spec); err != nil {
+		t.Fatalf("second EnsureBucket with the same owner: %v, want nil", err)
+	}
+	// Changed extra tags are applied to the bucket we already own.
+	spec.Tags = map[string]string{"team": "b"}
+	if err := s.cfg.Driver.EnsureBucket(ctx, spec); err != nil {
+		t.Fatalf("EnsureBucket with new tags: %v, want nil", err)
+	}
+	out, err := s.root.GetBucketTagging(ctx, &s3.GetBucketTaggingInput{Bucket: &n.bucket})
+	if err != nil {
+		t.Fatalf("root: get bucket tags: %v", err)
+	}
+	var team []string
+	for _, tag := range out.TagSet {
+		if *tag.Key == "team" {
+			team = append(team, *tag.Value)
+		}
+	}
+	if !slices.Equal(team, []string{"b"}) {
+		t.Errorf("bucket tag team = %q, want [b]: EnsureBucket replaces extra tags", team)
+	}
+	obs := s.observe(ctx, t, driver.ObserveRequest{Bucket: n.bucket})
+	if !obs.BucketExists || obs.BucketOwner != n.owner {
+		t.Errorf("Observe = exists %v owner %q, want true %q", obs.BucketExists, obs.BucketOwner, n.owner)
+	}
+	s.wantObject(ctx, t, n.bucket, "data.txt", "first")
+}
+
+func (s *suite) testBucketOwnedByOther(t *testing.T) {
+	ctx := testContext(t)
+	n := s.newNames(t)
+	other := driver.OwnerMark("instance", "someone-else/"+randomID(t))
+	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: other})
+	if err := put(ctx, s.root, n.bucket, "theirs.txt", "their data"); err != nil {
+		t.Fatalf("root: put: %v", err)
+	}
+
+	err := s.cfg.Driver.EnsureBucket(ctx, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
+	wantErrorIs(t, "EnsureBucket(bucket of another owner)", err, driver.ErrOwnedByOther)
+	err = s.cfg.Driver.EnsureBucket(ctx, driver.BucketSpec{Name: n.bucket, Owner: n.owner, AdoptUnmarked: true})
+	wantErrorIs(t, "EnsureBucket(bucket of another owner, AdoptUnmarked)", err, driver.ErrOwnedByOther)
+	for _, purge := range []bool{false, true} {
+		err = s.cfg.Driver.DeleteBucket(ctx, n.bucket, n.owner, purge)
+		wantErrorIs(t, fmt.Sprintf("DeleteBucket(bucket of another owner, purge=%v)", purge), err, driver.ErrOwnedByOther)
+	}
+
+	obs := s.observe(ctx, t, driver.ObserveRequest{Bucket: n.bucket})
+	if !obs.BucketExists || obs.BucketOwner != other {
+		t.Errorf("Observe = exists %v owner %q, want true %q (mark untouched)", obs.BucketExists, obs.BucketOwner, other)
+	}
+	s.wantObject(ctx, t, n.bucket, "theirs.txt", "their data")
+}
+
+func (s *suite) testBucketUnmarked(t *testing.T) {
+	ctx := testContext(t)
+	n := s.newNames(t)
+	s.createRootBucket(ctx, t, n.bucket, "theirs.txt", "their data")
+
+	err := s.cfg.Driver.EnsureBucket(ctx, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
+	wantErrorIs(t, "EnsureBucket(unmarked bucket)", err, driver.ErrOwnedByOther)
+	for _, purge := range []bool{false, true} {
+		err = s.cfg.Driver.DeleteBucket(ctx, n.bucket, n.owner, purge)
+		wantErrorIs(t, fmt.Sprintf("DeleteBucket(unmarked bucket, purge=%v)", purge), err, driver.ErrOwnedByOther)
+	}
+	obs := s.observe(ctx, t, driver.ObserveRequest{Bucket: n.bucket})
+	if !obs.BucketExists || obs.BucketOwner != "" {
+		t.Errorf("Observe = exists %v owner %q, want true and no owner", obs.BucketExists, obs.BucketOwner)
+	}
+	s.wantObject(ctx, t, n.bucket, "theirs.txt", "their data")
+
+	// With AdoptUnmarked (the engine knows it made the bucket and crashed
+	// before marking it) the bucket is adopted, contents and all.
+	if err := s.cfg.Driver.EnsureBucket(ctx, driver.BucketSpec{Name: n.bucket, Owner: n.owner, AdoptUnmarked: true}); err != nil {
+		t.Fatalf("EnsureBucket(unmarked bucket, AdoptUnmarked): %v, want nil", err)
+	}
+	obs = s.observe(ctx, t, driver.ObserveRequest{Bucket: n.bucket})
+	if obs.BucketOwner != n.owner {
+		t.Errorf("after adoption Observe owner = %q, want %q", obs.BucketOwner, n.owner)
+	}
+	s.wantObject(ctx, t, n.bucket, "theirs.txt", "their data")
+	err = s.cfg.Driver.DeleteBucket(ctx, n.bucket, n.owner, false)
+	wantErrorIs(t, "DeleteBucket(adopted non-empty bucket, purge=false)", err, driver.ErrBucketNotEmpty)
+}
+
+func (s *suite) testDeleteMissingBucket(t *testing.T) {
+	ctx := testContext(t)
+	n := s.newNames(t)
+	for _, purge := range []bool{false, true} {
+		if err := s.cfg.Driver.DeleteBucket(ctx, n.bucket, n.owner, purge); err != nil {
+			t.Errorf("DeleteBucket(missing, purge=%v): %v, want nil", purge, err)
+		}
+	}
+}
+
+func (s *suite) testDeleteEmptyBucketTwice(t *testing.T) {
+	ctx := testContext(t)
+	n := s.newNames(t)
+	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
+	for i := range 2 {
+		if err := s.cfg.Driver.DeleteBucket(ctx, n.bucket, n.owner, false); err != nil {
+			t.Fatalf("DeleteBucket(empty bucket) call %d: %v, want nil", i+1, err)
+		}
+		s.wantBucket(ctx, t, n.bucket, false)
+	}
+}
+
+func (s *suite) testDeleteNotEmptyBucket(t *testing.T) {
+	ctx := testContext(t)
+	n := s.newNames(t)
+	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
+	want := []string{"a.txt", "dir/b.txt", "dir/sub/c.txt"}
+	for _, k := range want {
+		if err := put(ctx, s.root, n.bucket, k, "content of "+k); err != nil {
+			t.Fatalf("root: put %s: %v", k, err)
+		}
+	}
+
+	err := s.cfg.Driver.DeleteBucket(ctx, n.bucket, n.owner, false)
+	wantErrorIs(t, "DeleteBucket(non-empty, purge=false)", err, driver.ErrBucketNotEmpty)
+	got, err := list(ctx, s.root, n.bucket)
+	if err != nil {
+		t.Fatalf("root: list: %v", err)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("after refused delete objects = %q, want %q (intact)", got, want)
+	}
+
+	if err := s.cfg.Driver.DeleteBucket(ctx, n.bucket, n.owner, true); err != nil {
+		t.Fatalf("DeleteBucket(non-empty, purge=true): %v, want nil", err)
+	}
+	s.wantBucket(ctx, t, n.bucket, false)
+	if err := s.cfg.Driver.DeleteBucket(ctx, n.bucket, n.owner, true); err != nil {
+		t.Errorf("DeleteBucket after purge: %v, want nil", err)
+	}
+}
+
+func (s *suite) testPurgeManyObjects(t *testing.T) {
+	ctx := testContext(t)
+	n := s.newNames(t)
+	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
+	// More than one ListObjectsV2 page and one DeleteObjects batch (1000).
+	const count = 1010
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		next = make(chan int)
+	)
+	for range 16 {
+		wg.Go(func() {
+			for i := range next {
+				if err := put(ctx, s.root, n.bucket, fmt.Sprintf("obj/%05d", i), "x"); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for i := range count {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("root: put %d objects: %v", count, err)
+	}
+	if err := s.cfg.Driver.DeleteBucket(ctx, n.bucket, n.owner, true); err != nil {
+		t.Fatalf("DeleteBucket(%d objects, purge=true): %v, want nil", count, err)
+	}
+	s.wantBucket(ctx, t, n.bucket, false)
+}
+
+func (s *suite) testInvalidBucketName(t *testing.T) {
+	ctx := testContext(t)
+	n := s.newNames(t)
+	bad := "Not_A_Valid..Bucket"
+	s.removeBucketAfter(t, bad)
+	err := s.cfg.Driver.EnsureBucket(ctx, driver.BucketSpec{Name: bad, Owner: n.owner})
+	wantErrorIs(t, "EnsureBucket(invalid name)", err, driver.ErrInvalid)
+	if !driver.Permanent(err) {
+		t.Errorf("EnsureBucket(invalid name): error %v is not permanent", err)
+	}
+}
+
+func (s *suite) testEnsureAfterDelete(t *testing.T) {
+	ctx := testContext(t)
+	n := s.newNames(t)
+	spec := driver.BucketSpec{Name: n.bucket, Owner: n.owner}
+	s.ensureBucket(ctx, t, spec)
+	if err := s.cfg.Driver.DeleteBucket(ctx, n.bucket, n.owner, false); err != nil {
+		t.Fatalf("DeleteBucket: %v", err)
+	}
+	// A provision retried after a deprovision makes the bucket again.
+	if err := s.cfg.Driver.EnsureBucket(ctx, spec); err != nil {
+		t.Fatalf("EnsureBucket after delete: %v", err)
+	}
+	s.wantBucket(ctx, t, n.bucket, true)
+}
+
+func (s *suite) testCredentialTwice(t *testing.T) {
+	ctx := testContext(t)
+	n := s.newNames(t)
+	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
+	spec := driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite}
+	first := s.ensureCredential(ctx, t, spec)
+	if first.SecretAccessKey == "" {
+		t.Fatalf("first EnsureCredential returned no secret")
+	}
+
+	spec.KeepKeyID = first.AccessKeyID
+	second, err := s.cfg.Driver.EnsureCredential(ctx, spec)
+	if err != nil {
+		t.Fatalf("second EnsureCredential(KeepKeyID=first): %v", err)
+	}
+	if second != (driver.Credential{AccessKeyID: first.AccessKeyID}) {
+		t.Errorf("second EnsureCredential = key %q with secret set %v, want key %q and no secret",
+			second.AccessKeyID, second.SecretAccessKey != "", first.AccessKeyID)
+	}
+	obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
+	if !obs.UserExists || obs.UserOwner != n.owner || !slices.Equal(obs.KeyIDs, []string{first.AccessKeyID}) {
+		t.Errorf("Observe = exists %v owner %q keys %q, want true %q [%s]",
+			obs.UserExists, obs.UserOwner, obs.KeyIDs, n.owner, first.AccessKeyID)
+	}
+	c := s.s3Client(first.AccessKeyID, first.SecretAccessKey)
+	s.wantAllowed(ctx, t, "put with the kept key", func() error { return put(ctx, c, n.bucket, "k", "v") })
+}
+
+func (s *suite) testRevokeTwice(t *testing.T) {
+	ctx := testContext(t)
+	n := s.newNames(t)
+	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
+	cred := s.ensureCredential(ctx, t, driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite})
+	c := s.s3Client(cred.AccessKeyID, cred.SecretAccessKey)
+	s.wantAllowed(ctx, t, "put before revoke", func() error { return put(ctx, c, n.bucket, "k", "v") })
+
+	for i := range 2 {
+		if err := s.cfg.Driver.RevokeCredential(ctx, n.user, n.owner); err != nil {
+			t.Fatalf("RevokeCredential call %d: %v, want nil", i+1, err)
+		}
+	}
+	s.wantDenied(ctx, t, "list with the revoked key", func() error { _, err := list(ctx, c, n.bucket); return err })
+	obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
+	if obs.UserExists || len(obs.KeyIDs) != 0 {
+		t.Errorf("after revoke Observe = exists %v keys %q, want no user", obs.UserExists, obs.KeyIDs)
+	}
+}
+
+func (s *suite) testLostAnswer(t *testing.T) {
+	ctx := testContext(t)
+	n := s.newNames(t)
+	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
+	spec := driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite}
+	lost := s.ensureCredential(ctx, t, spec)
+	lostClient := s.s3Client(lost.AccessKeyID, lost.SecretAccessKey)
+	// Prove the first key is live, so that its rejection below means it
+	// was deleted and not that it never worked.
+	s.wantAllowed(ctx, t, "put with the first key", func() error { return put(ctx, lostClient, n.bucket, "k", "v") })
+
+	// The caller crashed before recording the first answer: it calls again
+	// knowing no key.
+	got, err := s.cfg.Driver.EnsureCredential(ctx, spec)
+	if err != nil {
+		t.Fatalf("EnsureCredential after a lost answer: %v", err)
+	}
+	if got.AccessKeyID == "" || got.SecretAccessKey == "" || got.AccessKeyID == lost.AccessKeyID {
+		t.Fatalf("EnsureCredential after a lost answer = key %q (secret set %v), want a new key with its secret",
+			got.AccessKeyID, got.SecretAccessKey != "")
+	}
+	obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
+	if !slices.Equal(obs.KeyIDs, []string{got.AccessKeyID}) {
+		t.Errorf("live keys = %q, want only the new one [%s]", obs.KeyIDs, got.AccessKeyID)
+	}
+	s.wantDenied(ctx, t, "put with the lost key", func() error { return put(ctx, lostClient, n.bucket, "k2", "v") })
+	c := s.s3Client(got.AccessKeyID, got.SecretAccessKey)
+	s.wantAllowed(ctx, t, "put with the new key", func() error { return put(ctx, c, n.bucket, "k3", "v") })
+
+	// A recorded key that is gone (deleted behind our back) is replaced.
+	spec.KeepKeyID = lost.AccessKeyID
+	again, err := s.cfg.Driver.EnsureCredential(ctx, spec)
+	if err != nil {
+		t.Fatalf("EnsureCredential(KeepKeyID=deleted key): %v", err)
+	}
+	if again.AccessKeyID == lost.AccessKeyID || again.SecretAccessKey == "" {
+		t.Errorf("EnsureCredential(KeepKeyID=deleted key) = key %q (secret set %v), want a new key with its secret",
+			again.AccessKeyID, again.SecretAccessKey != "")
+	}
+	obs = s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
+	if !slices.Equal(obs.KeyIDs, []string{again.AccessKeyID}) {
+		t.Errorf("live keys = %q, want only [%s]", obs.KeyIDs, again.AccessKeyID)
+	}
+}
+
+func (s *suite) testScope(t *testing.T) {
+	ctx := testContext(t)
+	own, other := s.newNames(t), s.newNames(t)
+	s.ensureBucket(ctx, t, driver.BucketSpec{Name: own.bucket, Owner: own.owner})
+	s.createRootBucket(ctx, t, other.bucket, "seed.txt", "other seed")
+	if err := put(ctx, s.root, own.bucket, "seed.txt", "own seed"); err != nil {
+		t.Fatalf("root: put seed: %v", err)
+	}
+	users := map[string]names{}
+	cred := func(t *testing.T, access driver.Access) *s3.Client {
+		n := s.newNames(t)
+		users[t.Name()] = n
+		c := s.ensureCredential(ctx, t, driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: own.bucket, Access: access})
+		return s.s3Client(c.AccessKeyID, c.SecretAccessKey)
+	}
+	putIn := func(c *s3.Client, b, k string) func() error { return func() error { return put(ctx, c, b, k, "x") } }
+	getIn := func(c *s3.Client, b, k string) func() error {
+		return func() error { _, err := get(ctx, c, b, k); return err }
+	}
+	listIn := func(c *s3.Client, b string) func() error {
+		return func() error { _, err := list(ctx, c, b); return err }
+	}
+	delIn := func(c *s3.Client, b, k string) func() error { return func() error { return del(ctx, c, b, k) } }
+
+	t.Run("ReadWrite", func(t *testing.T) {
+		c := cred(t, driver.AccessReadWrite)
+		s.wantAllowed(ctx, t, "put own", putIn(c, own.bucket, "rw.txt")) // first: waits for the key
+		s.wantAllowed(ctx, t, "get own", getIn(c, own.bucket, "seed.txt"))
+		s.wantAllowed(ctx, t, "list own", listIn(c, own.bucket))
+		s.wantAllowed(ctx, t, "multipart own", func() error { return multipart(ctx, c, own.bucket, "rw-mp.bin", "part") })
+		s.wantAllowed(ctx, t, "delete own", delIn(c, own.bucket, "rw.txt"))
+		s.wantDenied(ctx, t, "get other bucket", getIn(c, other.bucket, "seed.txt"))
+		s.wantDenied(ctx, t, "put other bucket", putIn(c, other.bucket, "rw.txt"))
+		s.wantDenied(ctx, t, "list other bucket", listIn(c, other.bucket))
+		s.wantDenied(ctx, t, "delete other bucket", delIn(c, other.bucket, "seed.txt"))
+		s.wantDenied(ctx, t, "create bucket", func() error {
+			name := s.newNames(t).bucket
+			s.removeBucketAfter(t, name)
+			_, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &name})
+			return err
+		})
+	})
+	t.Run("ReadOnly", func(t *testing.T) {
+		c := cred(t, driver.AccessReadOnly)
+		s.wantAllowed(ctx, t, "get own", getIn(c, own.bucket, "seed.txt"))
+		s.wantAllowed(ctx, t, "list own", listIn(c, own.bucket))
+		s.wantDenied(ctx, t, "put own", putIn(c, own.bucket, "ro.txt"))
+		s.wantDenied(ctx, t, "delete own", delIn(c, own.bucket, "seed.txt"))
+		s.wantDenied(ctx, t, "get other bucket", getIn(c, other.bucket, "seed.txt"))
+	})
+	t.Run("WriteOnly", func(t *testing.T) {
+		c := cred(t, driver.AccessWriteOnly)
+		s.wantAllowed(ctx, t, "put own", putIn(c, own.bucket, "wo.txt"))
+		s.wantAllowed(ctx, t, "multipart own", func() error { return multipart(ctx, c, own.bucket, "wo-mp.bin", "part") })
+		s.wantDenied(ctx, t, "get own", getIn(c, own.bucket, "seed.txt"))
+		s.wantDenied(ctx, t, "list own", listIn(c, own.bucket))
+		s.wantDenied(ctx, t, "delete own", delIn(c, own.bucket, "seed.txt"))
+		s.wantDenied(ctx, t, "put other bucket", putIn(c, other.bucket, "wo.txt"))
+	})
+	t.Run("Revoked", func(t *testing.T) {
+		c := cred(t, driver.AccessReadWrite)
+		s.wantAllowed(ctx, t, "put own", putIn(c, own.bucket, "rev.txt"))
+		n := users[t.Name()]
+		if err := s.cfg.Driver.RevokeCredential(ctx, n.user, n.owner); err != nil {
+			t.Fatalf("RevokeCredential: %v", err)
+		}
+		s.wantDenied(ctx, t, "put own after revoke", putIn(c, own.bucket, "rev.txt"))
+		s.wantDenied(ctx, t, "get own after revoke", getIn(c, own.bucket, "seed.txt"))
+		s.wantDenied(ctx, t, "list own after revoke", listIn(c, own.bucket))
+	})
+	s.wantObject(ctx, t, own.bucket, "seed.txt", "own seed")
+	s.wantObject(ctx, t, other.bucket, "seed.txt", "other seed")
+}
+
+func (s *suite) testUserOwnedByOther(t *testing.T) {
+	ctx := testContext(t)
+	n := s.newNames(t)
+	other := driver.OwnerMark("binding", "someone-else/"+randomID(t))
+	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
+	theirs := s.ensureCredential(ctx, t, driver.CredentialSpec{UserName: n.user, Owner: other, Bucket: n.bucket, Access: driver.AccessReadOnly})
+
+	_, err := s.cfg.Driver.EnsureCredential(ctx, driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite})
+	wantErrorIs(t, "EnsureCredential(user of another owner)", err, driver.ErrOwnedByOther)
+	err = s.cfg.Driver.RevokeCredential(ctx, n.user, n.owner)
+	wantErrorIs(t, "RevokeCredential(user of another owner)", err, driver.ErrOwnedByOther)
+
+	obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
+	if !obs.UserExists || obs.UserOwner != other || !slices.Equal(obs.KeyIDs, []string{theirs.AccessKeyID}) {
+		t.Errorf("Observe = exists %v owner %q keys %q, want true %q [%s] (untouched)",
+			obs.UserExists, obs.UserOwner, obs.KeyIDs, other, theirs.AccessKeyID)
+	}
+	// Still read-only: the refused call must not have widened the policy.
+	c := s.s3Client(theirs.AccessKeyID, theirs.SecretAccessKey)
+	s.wantAllowed(ctx, t, "list with their key", func() error { _, err := list(ctx, c, n.bucket); return err })
+	s.wantDenied(ctx, t, "put with their read-only key", func() error { return put(ctx, c, n.bucket, "k", "v") })
+}
+
+func (s *suite) testUserUnmarked(t *testing.T) {
+	if s.rootIAM == nil {
+		t.Skip("drivertest: Config.IAMEndpoint is empty: cannot create a user behind the driver's back")
+	}
+	ctx := testContext(t)
+	n := s.newNames(t)
+	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
+	key := s.createRootUser(ctx, t, n.user)
+
+	_, err := s.cfg.Driver.EnsureCredential(ctx, driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite})
+	wantErrorIs(t, "EnsureCredential(unmarked user)", err, driver.ErrOwnedByOther)
+	err = s.cfg.Driver.RevokeCredential(ctx, n.user, n.owner)
+	wantErrorIs(t, "RevokeCredential(unmarked user)", err, driver.ErrOwnedByOther)
+
+	keys, policies := s.rootUserState(ctx, t, n.user)
+	if !slices.Equal(keys, []string{key}) || len(policies) != 0 {
+		t.Errorf("root: user %q has keys %q and policies %q, want keys [%s] and no policy (untouched)", n.user, keys, policies, key)
+	}
+	obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
+	if !obs.UserExists || obs.UserOwner != "" {
+		t.Errorf("Observe = exists %v owner %q, want true and no owner", obs.UserExists, obs.UserOwner)
+	}
+}
+
+func (s *suite) testInvalidAccess(t *testing.T) {
+	ctx := testContext(t)
+	n := s.newNames(t)
+	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
+	s.revokeAfter(t, n.user, n.owner)
+	_, err := s.cfg.Driver.EnsureCredential(ctx, driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: "admin"})
+	wantErrorIs(t, `EnsureCredential(Access "admin")`, err, driver.ErrInvalid)
+	if obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user}); obs.UserExists {
+		t.Errorf("EnsureCredential with an invalid access mode created user %q", n.user)
+	}
+}
+
+func (s *suite) testNames(t *testing.T) {
+	ids := map[string]struct {
+		reason string
+		id     string
+	}{
+		"Long":    {"ids of any length map to names within the limits", strings.Repeat("x", 5000)},
+		"Unicode": {"non-ASCII ids map to valid names", "ünïcødé-ид-名前-🪣"},
+		"Dots":    {"path-like ids cannot escape", "../x"},
+		"Spaces":  {"blank and space-padded ids map to valid names", " a b "},
+		"Empty":   {"even an empty id gives a valid name", ""},
+	}
+	for name, tc := range ids {
+		n := s.namesFor("t"+randomID(t), tc.id)
+		t.Run(name, func(t *testing.T) {
+			ctx := testContext(t)
+			s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
+			cred := s.ensureCredential(ctx, t, driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite})
+			c := s.s3Client(cred.AccessKeyID, cred.SecretAccessKey)
+			s.wantAllowed(ctx, t, tc.reason+": put with the credential", func() error { return put(ctx, c, n.bucket, "k", "v") })
+			obs := s.observe(ctx, t, driver.ObserveRequest{Bucket: n.bucket, UserName: n.user})
+			if obs.BucketOwner != n.owner || obs.UserOwner != n.owner {
+				t.Errorf("%s: Observe owners = bucket %q user %q, want %q", tc.reason, obs.BucketOwner, obs.UserOwner, n.owner)
+			}
+		})
+	}
+}
