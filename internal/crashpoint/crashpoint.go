@@ -41,7 +41,6 @@ func Hit(name string) {
 // over them. Keep it in step with the Hit calls.
 var Points = []string{
 	"provision/record-written",
-	"provision/bucket-attempted",
 	"provision/bucket-created",
 	"deprovision/record-written",
 	"deprovision/bindings-revoked",

@@ -118,9 +118,18 @@ func BenchmarkProvisionBind(b *testing.B) {
 				PolicyDocument: aws.String(fmt.Sprintf(policy, name, name))}); err != nil {
 				b.Fatal(err)
 			}
-			if _, err := h.iam.CreateAccessKey(ctx, &iam.CreateAccessKeyInput{UserName: aws.String(name)}); err != nil {
+			k, err := h.iam.CreateAccessKey(ctx, &iam.CreateAccessKeyInput{UserName: aws.String(name)})
+			if err != nil {
 				b.Fatal(err)
 			}
+			// Clean up outside the clock, so that the backend's state stays
+			// the same size for both sides.
+			b.StopTimer()
+			_, _ = h.iam.DeleteAccessKey(ctx, &iam.DeleteAccessKeyInput{UserName: aws.String(name), AccessKeyId: k.AccessKey.AccessKeyId})
+			_, _ = h.iam.DeleteUserPolicy(ctx, &iam.DeleteUserPolicyInput{UserName: aws.String(name), PolicyName: aws.String("p")})
+			_, _ = h.iam.DeleteUser(ctx, &iam.DeleteUserInput{UserName: aws.String(name)})
+			_, _ = h.s3.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String(name)})
+			b.StartTimer()
 		}
 	})
 	b.Run("broker=provision+bind", func(b *testing.B) {
@@ -131,9 +140,14 @@ func BenchmarkProvisionBind(b *testing.B) {
 			if r := h.do("PUT", id, provisionBody(planStd, nil)); r.code != http.StatusCreated {
 				b.Fatalf("provision: %d %v", r.code, r.body)
 			}
-			if r := h.do("PUT", id+"/service_bindings/"+newID(), bindBody(planStd, nil)); r.code != http.StatusCreated {
+			bind := id + "/service_bindings/" + newID()
+			if r := h.do("PUT", bind, bindBody(planStd, nil)); r.code != http.StatusCreated {
 				b.Fatalf("bind: %d %v", r.code, r.body)
 			}
+			b.StopTimer()
+			h.want(h.do("DELETE", del(bind, planStd, false), nil), http.StatusOK, "unbind")
+			h.want(h.do("DELETE", del(id, planStd, false), nil), http.StatusOK, "deprovision")
+			b.StartTimer()
 		}
 	})
 }

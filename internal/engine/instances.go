@@ -38,30 +38,36 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 	}
 	r := Request{ServiceID: req.ServiceID, PlanID: req.PlanID, Parameters: params,
 		OrganizationGUID: req.OrganizationGUID, SpaceGUID: req.SpaceGUID, Context: req.Context}
-	fresh := e.newInstance(req.InstanceID, r, e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
+	fp := fingerprint("", r)
 
-	err = e.store.Insert(ctx, fresh)
-	if err == nil {
-		crashpoint.Hit("provision/record-written")
-		e.log.Info("Provisioning instance", "id", req.InstanceID, "plan", plan.Name, "bucket", fresh.Bucket, "operation", fresh.Op.ID)
-		return e.started(ctx, fresh, OutcomeCreated, req.AcceptsIncomplete)
-	}
-	if !errors.Is(err, ErrExists) {
-		return Result{}, e.storeErr(err)
-	}
+	// Read first: a re-sent request is answered from the record without a
+	// write. The insert below stays the only arbiter between concurrent
+	// first requests.
 	for range maxCASRetries {
 		rec, err := e.store.Get(ctx, KindInstance, req.InstanceID)
-		if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			fresh := e.newInstance(req.InstanceID, r, fp, e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
+			fresh.BucketAttempted = e.bucketFree(ctx, fresh)
+			err = e.store.Insert(ctx, fresh)
+			if errors.Is(err, ErrExists) {
+				continue // a concurrent duplicate won; answer from its record
+			} else if err != nil {
+				return Result{}, e.storeErr(err)
+			}
+			crashpoint.Hit("provision/record-written")
+			e.log.Info("Provisioning instance", "id", req.InstanceID, "plan", plan.Name, "bucket", fresh.Bucket, "operation", fresh.Op.ID)
+			return e.started(ctx, fresh, OutcomeCreated, req.AcceptsIncomplete)
+		} else if err != nil {
 			return Result{}, e.storeErr(err)
 		}
-		if rec.Phase == PhaseDeleted || (rec.Phase == PhaseFailed && rec.Fingerprint == fresh.Fingerprint && rec.Op.Type == OpProvision) {
+		if rec.Phase == PhaseDeleted || (rec.Phase == PhaseFailed && rec.Fingerprint == fp && rec.Op.Type == OpProvision) {
 			// Provision again: a deleted id may be reused, a failed
 			// provision is retried from the steps it has done.
 			if rec.Phase == PhaseDeleted {
-				rec.BucketAttempted = false
+				rec.BucketAttempted = e.bucketFree(ctx, rec)
 			}
-			rec.Request, rec.Fingerprint, rec.Phase = r, fresh.Fingerprint, PhaseProvisioning
-			rec.startOp(fresh.Op)
+			rec.Request, rec.Fingerprint, rec.Phase = r, fp, PhaseProvisioning
+			rec.startOp(e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
 			if err := e.save(ctx, rec); errors.Is(err, ErrStale) {
 				continue
 			} else if err != nil {
@@ -70,7 +76,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 			crashpoint.Hit("provision/record-written")
 			return e.started(ctx, rec, OutcomeCreated, req.AcceptsIncomplete)
 		}
-		if rec.Fingerprint != fresh.Fingerprint {
+		if rec.Fingerprint != fp {
 			return Result{}, fmt.Errorf("%w: instance %s exists with different attributes", ErrConflict, req.InstanceID)
 		}
 		switch rec.Phase {
@@ -85,10 +91,22 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 	return Result{}, fmt.Errorf("%w: instance %s keeps changing", ErrConcurrency, req.InstanceID)
 }
 
-func (e *Engine) newInstance(id string, r Request, op Operation) *Record {
+// bucketFree looks, before the intent is recorded, whether the instance's
+// bucket name is free (or already carries this instance's mark). Only then
+// may the provision adopt an unmarked bucket under that name later: it can
+// only be one its own attempt created and crashed before marking. When the
+// backend cannot tell now, the provision's worker looks again first.
+func (e *Engine) bucketFree(ctx context.Context, rec *Record) bool {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	obs, err := e.driver.Observe(ctx, driver.ObserveRequest{Bucket: rec.Bucket})
+	return err == nil && (!obs.BucketExists || obs.BucketOwner == rec.Owner)
+}
+
+func (e *Engine) newInstance(id string, r Request, fp string, op Operation) *Record {
 	now := time.Now().UTC()
 	return &Record{
-		Kind: KindInstance, ID: id, Fingerprint: fingerprint("", r), Request: r,
+		Kind: KindInstance, ID: id, Fingerprint: fp, Request: r,
 		Phase: PhaseProvisioning, Op: op,
 		Bucket: driver.BucketName(e.prefix, string(KindInstance), id), Owner: driver.OwnerMark(string(KindInstance), id),
 		CreatedAt: now, UpdatedAt: now,

@@ -121,7 +121,6 @@ func (e *Engine) provision(ctx context.Context, rec *Record) error {
 		if err := e.save(ctx, rec); err != nil {
 			return err
 		}
-		crashpoint.Hit("provision/bucket-attempted")
 	}
 	err := e.step(ctx, rec, "create bucket", func(ctx context.Context) error {
 		return e.driver.EnsureBucket(ctx, driver.BucketSpec{Name: rec.Bucket, Owner: rec.Owner, Tags: p.Labels, AdoptUnmarked: true})
@@ -261,15 +260,16 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 		if err != nil {
 			return e.finish(ctx, rec, err)
 		}
+		// The key and the end of the operation are one write.
 		rec.AccessKeyID, rec.SealedSecret = cred.AccessKeyID, sealed
-		if err := e.save(ctx, rec); err != nil {
-			return err
-		}
-		crashpoint.Hit("bind/key-recorded")
 	} else if cred.AccessKeyID != rec.AccessKeyID || len(rec.SealedSecret) == 0 {
 		return e.finish(ctx, rec, fmt.Errorf("driver kept key %q but the record holds %q", cred.AccessKeyID, rec.AccessKeyID))
 	}
-	return e.finish(ctx, rec, nil)
+	if err := e.finish(ctx, rec, nil); err != nil {
+		return err
+	}
+	crashpoint.Hit("bind/key-recorded")
+	return nil
 }
 
 func (e *Engine) unbind(ctx context.Context, rec *Record) error {

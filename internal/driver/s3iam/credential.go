@@ -71,14 +71,12 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 		return driver.Credential{}, err
 	}
 
-	u, err := d.observeUser(ctx, spec.UserName)
+	// Create first: IAM refuses to create a user that exists, so a
+	// success proves the user is new, and a new user has no keys to look
+	// for. The common path is three calls, as it would be by hand.
+	u, fresh, err := d.createUser(ctx, spec.UserName, spec.Owner)
 	if err != nil {
 		return driver.Credential{}, err
-	}
-	if !u.exists {
-		if u, err = d.createUser(ctx, spec.UserName, spec.Owner); err != nil {
-			return driver.Credential{}, err
-		}
 	}
 	if u.owner != spec.Owner {
 		return driver.Credential{}, u.ownedByOther(spec.UserName)
@@ -94,9 +92,11 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 		return driver.Credential{}, mapIAMErr(err, "put policy of user %q", spec.UserName)
 	}
 
-	keys, err := d.listKeys(ctx, spec.UserName)
-	if err != nil {
-		return driver.Credential{}, err
+	var keys []types.AccessKeyMetadata
+	if !fresh {
+		if keys, err = d.listKeys(ctx, spec.UserName); err != nil {
+			return driver.Credential{}, err
+		}
 	}
 	kept := false
 	for _, k := range keys {
@@ -135,17 +135,23 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 
 // createUser creates the user with its owner mark in the same call, so a
 // user of ours is never unmarked.
-func (d *Driver) createUser(ctx context.Context, name, owner string) (userState, error) {
+// createUser creates the user with its owner mark, or observes the user
+// that already exists; fresh reports which.
+func (d *Driver) createUser(ctx context.Context, name, owner string) (u userState, fresh bool, err error) {
 	out, err := d.iam.CreateUser(ctx, &iam.CreateUserInput{
 		UserName: &name,
 		Path:     aws.String(UserPath),
 		Tags:     []types.Tag{{Key: aws.String(OwnerTagKey), Value: &owner}},
 	})
 	if hasCode(err, "EntityAlreadyExists") {
-		return d.observeUser(ctx, name)
+		u, err := d.observeUser(ctx, name)
+		if err == nil && !u.exists {
+			err = fmt.Errorf("user %q: reported as existing, then as missing", name)
+		}
+		return u, false, err
 	}
 	if err != nil {
-		return userState{}, mapIAMErr(err, "create user %q", name)
+		return userState{}, false, mapIAMErr(err, "create user %q", name)
 	}
 	if out.User != nil && ownerTag(out.User.Tags) == "" {
 		// For servers that ignore Tags on CreateUser but support TagUser.
@@ -154,10 +160,10 @@ func (d *Driver) createUser(ctx context.Context, name, owner string) (userState,
 			Tags:     []types.Tag{{Key: aws.String(OwnerTagKey), Value: &owner}},
 		})
 		if err != nil {
-			return userState{}, mapIAMErr(err, "tag user %q", name)
+			return userState{}, false, mapIAMErr(err, "tag user %q", name)
 		}
 	}
-	return userState{exists: true, owner: owner}, nil
+	return userState{exists: true, owner: owner}, true, nil
 }
 
 func (d *Driver) listKeys(ctx context.Context, user string) ([]types.AccessKeyMetadata, error) {

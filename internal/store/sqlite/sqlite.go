@@ -40,7 +40,21 @@ type Store struct {
 	writer *sql.DB
 	// readers serve Get and List concurrently with the writer (WAL).
 	readers *sql.DB
+	// Prepared once: parsing SQL costs more than a Get itself.
+	get, insert, update *sql.Stmt
 }
+
+const (
+	getSQL    = `SELECT version, data FROM records WHERE kind = ? AND id = ?`
+	insertSQL = `
+		INSERT INTO records (kind, id, instance_id, phase, op_state, version, created_at, updated_at, data)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (kind, id) DO NOTHING`
+	updateSQL = `
+		UPDATE records
+		SET instance_id = ?, phase = ?, op_state = ?, version = ?, created_at = ?, updated_at = ?, data = ?
+		WHERE kind = ? AND id = ? AND version = ?`
+)
 
 // Open opens the store in the SQLite database file at path, creating the
 // file (0600) and its directory (0700) if they do not exist, and brings its
@@ -86,7 +100,18 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		_ = readers.Close()
 		return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
 	}
-	return &Store{writer: writer, readers: readers}, nil
+	st := &Store{writer: writer, readers: readers}
+	for _, p := range []struct {
+		db    *sql.DB
+		query string
+		stmt  **sql.Stmt
+	}{{readers, getSQL, &st.get}, {writer, insertSQL, &st.insert}, {writer, updateSQL, &st.update}} {
+		if *p.stmt, err = p.db.PrepareContext(ctx, p.query); err != nil {
+			_ = st.Close()
+			return nil, fmt.Errorf("open sqlite store %s: prepare: %w", abs, err)
+		}
+	}
+	return st, nil
 }
 
 // createFile creates the database file with mode 0600 and its directory
@@ -142,7 +167,13 @@ func dsn(path string, readOnly bool) string {
 
 // Close closes the database. Calls after Close fail.
 func (s *Store) Close() error {
-	return errors.Join(s.readers.Close(), s.writer.Close())
+	var errs []error
+	for _, st := range []*sql.Stmt{s.get, s.insert, s.update} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
+	}
+	return errors.Join(append(errs, s.readers.Close(), s.writer.Close())...)
 }
 
 // Insert implements engine.Store.
@@ -164,10 +195,7 @@ func (s *Store) Insert(ctx context.Context, r *engine.Record) error {
 
 	// One statement: the primary key decides which of two concurrent
 	// inserts wins; there is no window between a check and the write.
-	res, err := s.writer.ExecContext(ctx, `
-		INSERT INTO records (kind, id, instance_id, phase, op_state, version, created_at, updated_at, data)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (kind, id) DO NOTHING`,
+	res, err := s.insert.ExecContext(ctx,
 		c.Kind, c.ID, c.InstanceID, c.Phase, c.Op.State, c.Version,
 		formatTime(c.CreatedAt), formatTime(c.UpdatedAt), string(data))
 	if err != nil {
@@ -188,9 +216,7 @@ func (s *Store) Insert(ctx context.Context, r *engine.Record) error {
 func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.Record, error) {
 	var version int64
 	var data []byte
-	err := s.readers.QueryRowContext(ctx,
-		`SELECT version, data FROM records WHERE kind = ? AND id = ?`, kind, id).
-		Scan(&version, &data)
+	err := s.get.QueryRowContext(ctx, kind, id).Scan(&version, &data)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, engine.ErrNotFound)
 	}
@@ -219,10 +245,7 @@ func (s *Store) Update(ctx context.Context, r *engine.Record) error {
 
 	// Compare-and-swap in one statement: the version check and the write
 	// cannot be separated by another writer.
-	res, err := s.writer.ExecContext(ctx, `
-		UPDATE records
-		SET instance_id = ?, phase = ?, op_state = ?, version = ?, created_at = ?, updated_at = ?, data = ?
-		WHERE kind = ? AND id = ? AND version = ?`,
+	res, err := s.update.ExecContext(ctx,
 		c.InstanceID, c.Phase, c.Op.State, c.Version,
 		formatTime(c.CreatedAt), formatTime(c.UpdatedAt), string(data),
 		c.Kind, c.ID, r.Version)
