@@ -362,6 +362,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 		}, []string{"type", "state"}),
 	}
+	for _, t := range []OpType{OpProvision, OpUpdate, OpDeprovision, OpBind, OpUnbind} {
+		m.inFlight.WithLabelValues(string(t)) // show zero before the first operation
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.inFlight, m.duration} {
 			if err := reg.Register(c); err != nil {

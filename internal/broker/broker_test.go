@@ -1,0 +1,108 @@
+package broker
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func closedPort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+func TestStartFailsClearly(t *testing.T) {
+	ctx := context.Background()
+	badCatalog := filepath.Join(t.TempDir(), "catalog.yaml")
+	os.WriteFile(badCatalog, []byte("services: []"), 0o600)
+	for name, tc := range map[string]struct {
+		cfg  Config
+		want string
+	}{
+		"unreachable backend": {Config{Driver: DriverS3IAM, S3Endpoint: "http://" + closedPort(t), IAMEndpoint: "http://" + closedPort(t),
+			RootAccessKey: "a", RootSecretKey: "b", PathStyle: true}, "storage backend check failed"},
+		"bad catalog":    {Config{CatalogFile: badCatalog}, "no services"},
+		"unknown driver": {Config{Driver: "ceph-magic"}, `unknown driver "ceph-magic"`},
+		"bad prefix":     {Config{Prefix: "UPPER", Driver: DriverS3IAM, S3Endpoint: "http://" + closedPort(t), IAMEndpoint: "http://" + closedPort(t), RootAccessKey: "a", RootSecretKey: "b"}, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tc.cfg.DataDir, tc.cfg.Listen = t.TempDir(), "127.0.0.1:0"
+			b, err := Start(ctx, tc.cfg)
+			if err == nil {
+				b.Shutdown(ctx)
+				t.Fatal("Start succeeded")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestServeEmbedded(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	b, err := Start(ctx, Config{DataDir: dir, Listen: "127.0.0.1:0", S3Listen: "127.0.0.1:0", IAMListen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		if err := b.Shutdown(sctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	}()
+	if !b.Generated.BrokerCredentials || !b.Generated.RootCredentials || b.Password == "" {
+		t.Errorf("generated = %+v, want broker and root credentials generated", b.Generated)
+	}
+	for _, f := range []string{"bucketbroker.db", "encryption.key", "s3-root-credentials.json"} {
+		fi, err := os.Stat(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s mode = %v, want no group/other access", f, fi.Mode().Perm())
+		}
+	}
+	get := func(path string, auth bool) (int, string) {
+		req, _ := http.NewRequest("GET", b.URL+path, nil)
+		if auth {
+			req.SetBasicAuth(b.Username, b.Password)
+			req.Header.Set("X-Broker-API-Version", "2.17")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, _ := get("/readyz", false); code != 200 {
+		t.Errorf("/readyz = %d", code)
+	}
+	if code, body := get("/v2/catalog", true); code != 200 || !strings.Contains(body, "s3-bucket") {
+		t.Errorf("catalog = %d %s", code, body)
+	}
+	if code, _ := get("/v2/catalog", false); code != 401 {
+		t.Errorf("catalog without auth = %d, want 401", code)
+	}
+	_, metrics := get("/metrics", false)
+	for _, m := range []string{"bucketbroker_http_requests_total", "bucketbroker_operations_in_flight", "go_goroutines"} {
+		if !strings.Contains(metrics, m) {
+			t.Errorf("/metrics lacks %s", m)
+		}
+	}
+}
