@@ -127,6 +127,8 @@ Credentials come from the environment (never from flags):
 	f.StringVar(&cfg.Prefix, "name-prefix", "bb", "prefix of backend bucket and user names (1-16 of a-z, 0-9, -)")
 	f.DurationVar(&cfg.AsyncTimeout, "async-timeout", 30*time.Minute, "an asynchronous operation that has not finished by then fails")
 	f.DurationVar(&cfg.SyncTimeout, "sync-timeout", 60*time.Second, "a synchronous operation that has not finished by then fails")
+	f.StringVar(&cfg.ReplicaID, "replica-id", "", "name of this process in operation leases; replicas sharing a store need distinct ids (default: generated once, kept in the data dir)")
+	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 60*time.Second, "how long operations of a replica that died wait before another replica takes them over")
 	logOpts.bind(cmd)
 	return cmd
 }

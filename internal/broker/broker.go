@@ -74,6 +74,13 @@ type Config struct {
 	Prefix string
 	// AsyncTimeout and SyncTimeout bound operations (see engine.Options).
 	AsyncTimeout, SyncTimeout time.Duration
+	// ReplicaID names this process in operation leases; empty means an id
+	// generated once and kept in the data dir, so that a restarted process
+	// takes its unfinished work back at once.
+	ReplicaID string
+	// LeaseTTL is how long a dead replica's operations wait before another
+	// replica takes them over (see engine.Options).
+	LeaseTTL time.Duration
 
 	Logger *slog.Logger
 }
@@ -166,11 +173,19 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 		return nil, fmt.Errorf("storage backend check failed: %w", err)
 	}
 
+	replica := cfg.ReplicaID
+	if replica == "" {
+		if replica, err = replicaID(filepath.Join(cfg.DataDir, "replica-id")); err != nil {
+			return nil, err
+		}
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	b.engine, err = engine.New(engine.Options{
 		Store: b.store, Driver: drv, Catalog: cat, Box: box, Endpoint: endpoint, Prefix: cfg.Prefix,
 		AsyncTimeout: cfg.AsyncTimeout, SyncTimeout: cfg.SyncTimeout, Logger: b.log, Registerer: reg,
+		ReplicaID: replica, LeaseTTL: cfg.LeaseTTL,
 	})
 	if err != nil {
 		return nil, err
@@ -324,6 +339,22 @@ func rootCredentials(path string) (access, secret string, err error) {
 		return "", "", fmt.Errorf("store embedded S3 root credentials: %w", err)
 	}
 	return c.AccessKey, c.SecretKey, nil
+}
+
+// replicaID reads this data dir's replica id, or makes one: the host name
+// and a random suffix, so that processes on one host differ.
+func replicaID(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b)), nil
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("read replica id: %w", err)
+	}
+	host, _ := os.Hostname()
+	id := host + "-" + randomString(8)
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("store replica id: %w", err)
+	}
+	return id, nil
 }
 
 func randomString(n int) string {

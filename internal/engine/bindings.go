@@ -109,6 +109,7 @@ func (e *Engine) newBinding(req BindRequest, inst *Record, r Request, fp string,
 		Phase: PhaseProvisioning, Op: e.newOp(OpBind, req.AcceptsIncomplete, req.Identity),
 		Bucket: inst.Bucket, UserName: driver.UserName(e.prefix, string(KindBinding), req.BindingID),
 		Owner: driver.OwnerMark(string(KindBinding), req.BindingID), Access: string(access),
+		Lease: e.replica, LeaseUntil: now.Add(e.leaseTTL),
 		CreatedAt: now, UpdatedAt: now,
 	}
 }

@@ -40,6 +40,17 @@ type Options struct {
 	// SyncTimeout bounds a synchronous operation and how long a synchronous
 	// request waits for it (default 60 seconds).
 	SyncTimeout time.Duration
+	// ReplicaID names this engine in operation leases. Engines sharing a
+	// store need distinct ids; an engine restarted with its old id takes its
+	// unfinished work back at once instead of waiting for leases to expire
+	// (default: random).
+	ReplicaID string
+	// LeaseTTL is how long an operation's lease lasts without renewal; a
+	// replica that dies holds its work that long (default 60 seconds).
+	LeaseTTL time.Duration
+	// SweepInterval is how often the engine looks for unfinished operations
+	// that no live replica drives (default LeaseTTL/4).
+	SweepInterval time.Duration
 	// Logger receives operation logs (default slog.Default()).
 	Logger *slog.Logger
 	// Registerer receives the engine's metrics (nil: not registered).
@@ -57,6 +68,9 @@ type Engine struct {
 	prefix   string
 	asyncTTL time.Duration
 	syncTTL  time.Duration
+	replica  string
+	leaseTTL time.Duration
+	sweepInt time.Duration
 	log      *slog.Logger
 	metrics  *metrics
 
@@ -94,6 +108,15 @@ func New(opts Options) (*Engine, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.ReplicaID == "" {
+		opts.ReplicaID = newID()
+	}
+	if opts.LeaseTTL <= 0 {
+		opts.LeaseTTL = 60 * time.Second
+	}
+	if opts.SweepInterval <= 0 {
+		opts.SweepInterval = opts.LeaseTTL / 4
+	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
@@ -103,20 +126,55 @@ func New(opts Options) (*Engine, error) {
 		store: opts.Store, driver: opts.Driver, catalog: opts.Catalog, box: opts.Box,
 		endpoint: opts.Endpoint, prefix: opts.Prefix, asyncTTL: opts.AsyncTimeout,
 		syncTTL: opts.SyncTimeout, log: opts.Logger, metrics: m,
+		replica: opts.ReplicaID, leaseTTL: opts.LeaseTTL, sweepInt: opts.SweepInterval,
 		base: base, stop: stop, workers: map[string]*worker{}, changed: map[string]chan struct{}{},
 	}, nil
 }
 
 // Start resumes every operation that was unfinished when the previous
-// process stopped.
+// process stopped, and from then on, every SweepInterval, takes over the
+// operations whose driving replica let its lease expire.
 func (e *Engine) Start(ctx context.Context) error {
+	if err := e.sweep(ctx); err != nil {
+		return err
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		t := time.NewTicker(e.sweepInt)
+		defer t.Stop()
+		for {
+			select {
+			case <-e.base.Done():
+				return
+			case <-t.C:
+				if err := e.sweep(e.base); err != nil && e.base.Err() == nil {
+					e.log.Warn("Cannot look for unfinished operations; will retry", "error", err)
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// sweep kicks every unfinished operation that no live replica drives.
+func (e *Engine) sweep(ctx context.Context) error {
 	recs, err := e.store.List(ctx, ListOptions{Unfinished: true})
 	if err != nil {
 		return fmt.Errorf("list unfinished operations: %w", err)
 	}
+	now := time.Now()
 	for _, r := range recs {
-		e.log.Info("Resuming operation", "kind", r.Kind, "id", r.ID, "operation", r.Op.ID, "type", r.Op.Type)
-		e.kick(r.Kind, r.ID)
+		if r.Lease != "" && r.Lease != e.replica && now.Before(r.LeaseUntil) {
+			continue
+		}
+		e.mu.Lock()
+		_, running := e.workers[key(r.Kind, r.ID)]
+		e.mu.Unlock()
+		if !running {
+			e.log.Info("Resuming operation", "kind", r.Kind, "id", r.ID, "operation", r.Op.ID, "type", r.Op.Type, "previous_lease", r.Lease)
+			e.kick(r.Kind, r.ID)
+		}
 	}
 	return nil
 }
@@ -209,6 +267,16 @@ func (e *Engine) drive(ctx context.Context, kind Kind, id string) {
 		if rec.Op.Finished() {
 			return
 		}
+		if held, err := e.claim(ctx, rec); err != nil || !held {
+			if err != nil && !errors.Is(err, ErrStale) && ctx.Err() == nil {
+				e.log.Error("Cannot take the operation's lease; will retry", "kind", kind, "id", id, "error", err)
+				sleep(ctx, time.Second)
+			}
+			if held || err != nil {
+				continue
+			}
+			return // another live replica drives it
+		}
 		err = e.run(ctx, rec)
 		switch {
 		case err == nil, errors.Is(err, ErrStale):
@@ -255,9 +323,43 @@ func (e *Engine) run(ctx context.Context, rec *Record) error {
 	return err
 }
 
-// save writes rec (compare-and-swap) and wakes whoever waits on it.
+// claim makes this engine the holder of rec's lease, unless another
+// replica holds it and it has not expired. The claim is a compare-and-swap:
+// of two replicas claiming at once, one wins.
+func (e *Engine) claim(ctx context.Context, rec *Record) (bool, error) {
+	now := time.Now()
+	if rec.Lease != "" && rec.Lease != e.replica && now.Before(rec.LeaseUntil) {
+		return false, nil
+	}
+	if rec.Lease == e.replica && rec.LeaseUntil.Sub(now) > e.leaseTTL/2 {
+		return true, nil
+	}
+	if err := e.save(ctx, rec); err != nil { // save renews our lease
+		return false, err
+	}
+	return true, nil
+}
+
+// renew extends the lease when half of it is gone, so that a long
+// operation keeps it.
+func (e *Engine) renew(ctx context.Context, rec *Record) error {
+	if rec.Lease == e.replica && time.Until(rec.LeaseUntil) > e.leaseTTL/2 {
+		return nil
+	}
+	return e.save(ctx, rec)
+}
+
+// save writes rec (compare-and-swap) and wakes whoever waits on it. While
+// the operation is unfinished the write renews this engine's lease; a
+// finished operation holds none.
 func (e *Engine) save(ctx context.Context, rec *Record) error {
-	rec.UpdatedAt = time.Now().UTC()
+	now := time.Now().UTC()
+	if rec.Op.Finished() {
+		rec.Lease, rec.LeaseUntil = "", time.Time{}
+	} else if rec.Lease == "" || rec.Lease == e.replica || now.After(rec.LeaseUntil) {
+		rec.Lease, rec.LeaseUntil = e.replica, now.Add(e.leaseTTL)
+	}
+	rec.UpdatedAt = now
 	if err := e.store.Update(ctx, rec); err != nil {
 		return err
 	}

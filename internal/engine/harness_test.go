@@ -174,11 +174,19 @@ type harness struct {
 	s3     *s3.Client
 	iam    *iam.Client
 	srv    *httptest.Server
+	// statePath and key let a peer replica share the state and secrets.
+	statePath string
+	key       []byte
 }
 
 type harnessOpts struct {
 	syncTimeout  time.Duration
 	asyncTimeout time.Duration
+	// peer makes the harness a second replica: same state file, same
+	// backend prefix and encryption key, its own engine and HTTP server.
+	peer     *harness
+	replica  string
+	leaseTTL time.Duration
 }
 
 func newHarness(t testing.TB, opts ...harnessOpts) *harness {
@@ -188,7 +196,11 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 		o = opts[0]
 	}
 	ctx := context.Background()
-	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "state.db"))
+	statePath := filepath.Join(t.TempDir(), "state.db")
+	if o.peer != nil {
+		statePath = o.peer.statePath
+	}
+	store, err := sqlite.Open(ctx, statePath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,8 +212,11 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 	drv := &hookDriver{Driver: real, before: map[string]func(context.Context) error{}, calls: map[string]int{}}
 	key := make([]byte, secretbox.KeySize)
 	_, _ = rand.Read(key)
-	box, _ := secretbox.New(key)
 	prefix := fmt.Sprintf("t%d", prefixSeq.Add(1))
+	if o.peer != nil {
+		key, prefix = o.peer.key, o.peer.prefix
+	}
+	box, _ := secretbox.New(key)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -211,6 +226,8 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 		Endpoint:     engine.Endpoint{URL: gw.S3Endpoint(), Region: gw.Region(), PathStyle: true},
 		SyncTimeout:  o.syncTimeout,
 		AsyncTimeout: o.asyncTimeout,
+		ReplicaID:    o.replica,
+		LeaseTTL:     o.leaseTTL,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +242,7 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
-	hs := &harness{t: t, url: srv.URL, prefix: prefix, store: store, eng: eng, drv: drv, srv: srv,
+	hs := &harness{t: t, url: srv.URL, prefix: prefix, store: store, eng: eng, drv: drv, srv: srv, statePath: statePath, key: key,
 		s3: s3Client(rootAK, rootSK), iam: iamClient()}
 	t.Cleanup(func() {
 		srv.Close()

@@ -97,7 +97,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 // only be one its own attempt created and crashed before marking. When the
 // backend cannot tell now, the provision's worker looks again first.
 func (e *Engine) bucketFree(ctx context.Context, rec *Record) bool {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	obs, err := e.driver.Observe(ctx, driver.ObserveRequest{Bucket: rec.Bucket})
 	return err == nil && (!obs.BucketExists || obs.BucketOwner == rec.Owner)
@@ -109,6 +109,7 @@ func (e *Engine) newInstance(id string, r Request, fp string, op Operation) *Rec
 		Kind: KindInstance, ID: id, Fingerprint: fp, Request: r,
 		Phase: PhaseProvisioning, Op: op,
 		Bucket: driver.BucketName(e.prefix, string(KindInstance), id), Owner: driver.OwnerMark(string(KindInstance), id),
+		Lease: e.replica, LeaseUntil: now.Add(e.leaseTTL), // this engine drives what it records
 		CreatedAt: now, UpdatedAt: now,
 	}
 }

@@ -126,6 +126,12 @@ type Record struct {
 	// poll for an earlier operation still gets its answer.
 	History []Operation `json:"history,omitempty"`
 
+	// Lease names the engine (replica) driving the unfinished operation,
+	// until LeaseUntil. Another replica takes over only after it expires,
+	// so that the steps of one record never run in two places at once.
+	Lease      string    `json:"lease,omitempty"`
+	LeaseUntil time.Time `json:"leaseUntil,omitzero"`
+
 	// Version is incremented by every successful store write.
 	Version   int64     `json:"version"`
 	CreatedAt time.Time `json:"createdAt"`

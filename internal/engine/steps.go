@@ -24,6 +24,9 @@ func (g giveUp) Unwrap() error { return g.err }
 func (e *Engine) step(ctx context.Context, rec *Record, what string, call func(context.Context) error) error {
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
+		if err := e.renew(ctx, rec); err != nil {
+			return err
+		}
 		err := call(ctx)
 		if err == nil {
 			return nil
@@ -231,6 +234,9 @@ func (e *Engine) revokeBindings(ctx context.Context, inst *Record) error {
 		}
 		if time.Now().After(inst.Op.Deadline) {
 			return giveUp{fmt.Errorf("%d of its bindings could not be revoked before the deadline (%d failed)", pending, failed)}
+		}
+		if err := e.renew(ctx, inst); err != nil {
+			return err
 		}
 		sleep(ctx, poll)
 		if ctx.Err() != nil {
