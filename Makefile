@@ -16,8 +16,12 @@ build: ## Build bin/bucketbroker
 	$(GO) build -trimpath -o $(BIN) ./cmd/bucketbroker
 
 .PHONY: test
-test: lint ## Lint, then run every test (race detector on) against the real embedded S3 server and SQLite
-	$(GO) test -race -count=1 -timeout 30m ./...
+test: lint ## Lint, then run every test (race detector on) against real servers started by hack/with-test-servers.sh
+	hack/with-test-servers.sh $(GO) test -race -count=1 -timeout 30m ./...
+
+.PHONY: test-quick
+test-quick: ## Run the tests without the race detector and without external servers (those tests skip)
+	$(GO) test -count=1 ./...
 
 .PHONY: lint
 lint: ## gofmt and go vet must be clean; every package needs a doc.go

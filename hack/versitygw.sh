@@ -1,0 +1,321 @@
+#!/usr/bin/env bash
+# Builds and runs versitygw as separate processes, the way an operator deploys
+# it: the standalone IAM service and the S3 gateway (posix backend) that asks
+# it, over a private unix socket, to check signatures and evaluate policies.
+# The s3iam driver's conformance suite runs against them
+# (TestConformanceExternal in internal/driver/s3iam).
+#
+#   hack/versitygw.sh build       build (once) and print the cached binary
+#   hack/versitygw.sh start DIR   start both servers on 127.0.0.1; print
+#                                 `export BUCKETBROKER_TEST_...` lines for eval
+#                                 (only prints them if already running)
+#   hack/versitygw.sh stop DIR    stop both servers (idempotent)
+#
+#   eval "$(hack/versitygw.sh start /tmp/vgw)"
+#   go test -count=1 -run TestConformanceExternal ./internal/driver/s3iam
+#   hack/versitygw.sh stop /tmp/vgw
+#
+# Only the export lines go to stdout; progress and errors go to stderr. DIR
+# holds the data (iam/, objects/, versions/), the logs (iam.log, s3.log), the
+# pids, the root keys (root-keys, made on the first start and kept) and env
+# (the export lines again); the last two are mode 0600.
+#
+# Environment:
+#   BUCKETBROKER_CACHE  build cache root (default ~/.cache/bucketbroker)
+#   GO                  go command (default: go on PATH, else /usr/local/go/bin/go)
+#   VGW_START_TIMEOUT   seconds to wait for each server to answer (default 60)
+#   VGW_STOP_TIMEOUT    seconds to wait after SIGTERM before SIGKILL (default 15)
+set -euo pipefail
+shopt -s inherit_errexit
+
+readonly VERSION=v1.8.0
+readonly PACKAGE=github.com/versity/versitygw/cmd/versitygw
+readonly CACHE_ROOT="${BUCKETBROKER_CACHE:-$HOME/.cache/bucketbroker}"
+readonly CACHE_DIR="$CACHE_ROOT/versitygw-$VERSION"
+readonly BIN="$CACHE_DIR/versitygw"
+readonly START_TIMEOUT="${VGW_START_TIMEOUT:-60}"
+readonly STOP_TIMEOUT="${VGW_STOP_TIMEOUT:-15}"
+# Free ports are picked at random below the Linux ephemeral range
+# (32768-60999), so outgoing connections never hold them; a port taken
+# between the check and the bind is replaced, a bounded number of times.
+readonly PORT_MIN=20000 PORT_SPAN=12000 PORT_ATTEMPTS=5
+# sockaddr_un holds 108 bytes with the terminating NUL.
+readonly MAX_SOCKET_PATH=100
+
+log() { echo "versitygw.sh: $*" >&2; }
+die() {
+	log "$*"
+	exit 1
+}
+
+usage() {
+	cat >&2 <<EOF
+usage: $0 build
+       $0 start DIR
+       $0 stop DIR
+EOF
+	exit 2
+}
+
+go_cmd() {
+	if [[ -n "${GO:-}" ]]; then
+		echo "$GO"
+	elif command -v go >/dev/null; then
+		echo go
+	elif [[ -x /usr/local/go/bin/go ]]; then
+		echo /usr/local/go/bin/go
+	else
+		die "go is not on PATH nor at /usr/local/go/bin/go (set GO)"
+	fi
+}
+
+# build prints the path of the versitygw binary, building it first unless the
+# cache holds it. The build goes to a temporary directory beside the cache and
+# is renamed into place, so an interrupted or failed build never leaves a
+# broken binary behind, and two concurrent builds both end with a good one.
+cmd_build() {
+	if [[ -x "$BIN" ]]; then
+		echo "$BIN"
+		return 0
+	fi
+	local go tmp
+	go="$(go_cmd)"
+	mkdir -p "$CACHE_DIR"
+	# Leftovers of builds killed outright (SIGKILL) hold nothing in use.
+	find "$CACHE_ROOT" -maxdepth 1 -name ".versitygw-*-build.*" -mmin +120 -exec rm -rf {} + 2>/dev/null || true
+	tmp="$(mktemp -d "$CACHE_ROOT/.versitygw-$VERSION-build.XXXXXX")"
+	# shellcheck disable=SC2064 # expand now: tmp is local
+	trap "rm -rf '$tmp'" EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	trap 'exit 129' HUP
+	log "building versitygw $VERSION into $CACHE_DIR (about 1.5 minutes)"
+	# From the temporary directory and without the caller's GOFLAGS (say
+	# -mod=vendor), so that nothing of the caller's module takes part: the
+	# build uses versitygw's own go.mod and go.sum.
+	if ! (cd "$tmp" && GOBIN="$tmp" GOWORK=off GOFLAGS='' "$go" install -trimpath \
+		-ldflags "-X main.Version=$VERSION -X main.Build=release" "$PACKAGE@$VERSION" >&2); then
+		die "go install $PACKAGE@$VERSION failed"
+	fi
+	[[ -x "$tmp/versitygw" ]] || die "go install left no binary in $tmp"
+	mv -f "$tmp/versitygw" "$BIN"
+	rm -rf "$tmp"
+	trap - EXIT INT TERM HUP
+	echo "$BIN"
+}
+
+random_hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
+
+# listening reports whether something accepts connections on 127.0.0.1:port.
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+free_port() {
+	local port
+	for _ in $(seq 50); do
+		port=$((PORT_MIN + (RANDOM * 32768 + RANDOM) % PORT_SPAN))
+		if ! listening "$port"; then
+			echo "$port"
+			return 0
+		fi
+	done
+	die "no free port found between $PORT_MIN and $((PORT_MIN + PORT_SPAN))"
+}
+
+# healthy reports whether GET /health on 127.0.0.1:port answers 200.
+healthy() {
+	local status
+	status="$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$1/health")" || return 1
+	[[ "$status" == 200 ]]
+}
+
+alive() { [[ -n "$1" ]] && kill -0 "$1" 2>/dev/null; }
+
+# ours reports whether pid is a running versitygw, not a recycled pid.
+ours() { alive "$1" && [[ "$(cat "/proc/$1/comm" 2>/dev/null)" == versitygw ]]; }
+
+log_tail() {
+	echo "--- last lines of $1 ---"
+	tail -n 20 "$1" 2>/dev/null || true
+	echo "---"
+}
+
+# launch starts one server (the command line after the log file name) on a
+# free port, waits until it answers GET /health and the extra check passes,
+# and prints "pid port". It retries with another port when the one picked was
+# taken in between (versitygw then exits at once with "address already in
+# use").
+launch() {
+	local name="$1" logfile="$2" check="$3"
+	shift 3
+	local attempt port pid deadline
+	for attempt in $(seq "$PORT_ATTEMPTS"); do
+		port="$(free_port)"
+		echo "=== $(date -u +%FT%TZ) start on 127.0.0.1:$port (attempt $attempt)" >>"$logfile"
+		# setsid: its own session, so a Ctrl-C or hang-up aimed at the
+		# caller's terminal does not take the server down mid-test.
+		setsid "${@//@PORT@/127.0.0.1:$port}" </dev/null >>"$logfile" 2>&1 &
+		pid=$!
+		deadline=$((SECONDS + START_TIMEOUT))
+		while ((SECONDS < deadline)); do
+			if ! alive "$pid"; then
+				break
+			fi
+			if healthy "$port" && $check; then
+				echo "$pid $port"
+				return 0
+			fi
+			sleep 0.2
+		done
+		if alive "$pid"; then
+			kill -KILL "$pid" 2>/dev/null || true
+			die "$name did not answer on 127.0.0.1:$port within ${START_TIMEOUT}s
+$(log_tail "$logfile")"
+		fi
+		wait "$pid" 2>/dev/null || true
+		if ! tail -n 5 "$logfile" | grep -q 'address already in use'; then
+			die "$name exited during startup
+$(log_tail "$logfile")"
+		fi
+		log "$name: port $port was taken, trying another"
+	done
+	die "$name: no free port after $PORT_ATTEMPTS attempts
+$(log_tail "$logfile")"
+}
+
+read_pid() { cat "$1" 2>/dev/null || true; }
+
+cmd_start() {
+	local dir="$1"
+	mkdir -p "$dir"
+	dir="$(cd "$dir" && pwd)"
+	local iam_running=false s3_running=false
+	ours "$(read_pid "$dir/iam.pid")" && iam_running=true
+	ours "$(read_pid "$dir/s3.pid")" && s3_running=true
+	if $iam_running && $s3_running && [[ -s "$dir/env" ]]; then
+		log "already running in $dir"
+		cat "$dir/env"
+		return 0
+	fi
+	if $iam_running || $s3_running; then
+		log "only one of the two servers runs in $dir: restarting both"
+		cmd_stop "$dir"
+	fi
+	rm -f "$dir/iam.pid" "$dir/s3.pid" "$dir/env"
+
+	command -v curl >/dev/null || die "curl is needed to check that the servers answer"
+	command -v setsid >/dev/null || die "setsid (util-linux) is needed to detach the servers"
+	local bin
+	bin="$(cmd_build)"
+	(umask 077 && mkdir -p "$dir/iam" "$dir/objects" "$dir/versions")
+
+	# The gateway reaches the IAM service over a unix socket, whose path the
+	# kernel limits: a long DIR gets its socket in a short directory of its
+	# own, which stop removes.
+	local sock="$dir/iam.sock" sockdir=""
+	if ((${#sock} > MAX_SOCKET_PATH)); then
+		sockdir="$(mktemp -d /tmp/bbvgw-XXXXXX)"
+		sock="$sockdir/iam.sock"
+		echo "$sockdir" >"$dir/sockdir"
+	fi
+	rm -f "$sock"
+
+	# Random root keys, made on the first start of DIR and kept in it: a
+	# restart serves the buckets and users already in DIR to the same root
+	# (the ports are picked afresh). The keys reach versitygw in its
+	# environment, not on the command line where ps would show them.
+	local access secret
+	if [[ ! -s "$dir/root-keys" ]]; then
+		(umask 077 && echo "bbroot$(random_hex 8) $(random_hex 20)" >"$dir/root-keys.tmp")
+		mv -f "$dir/root-keys.tmp" "$dir/root-keys"
+	fi
+	read -r access secret <"$dir/root-keys"
+	[[ -n "$access" && -n "$secret" ]] || die "$dir/root-keys holds no key pair: remove it to make a new one"
+	export ROOT_ACCESS_KEY_ID="$access" ROOT_SECRET_ACCESS_KEY="$secret"
+
+	local out iam_pid iam_port s3_pid s3_port
+	sock_ready() { [[ -S "$sock" ]]; }
+	log "starting the IAM service (log: $dir/iam.log)"
+	out="$(launch "versitygw IAM service" "$dir/iam.log" sock_ready \
+		"$bin" --port @PORT@ --health /health --region us-east-1 \
+		iam --quiet --dir "$dir/iam" --private-ports "$sock")"
+	read -r iam_pid iam_port <<<"$out"
+	echo "$iam_pid" >"$dir/iam.pid"
+	# From here on a failed start leaves nothing running.
+	# shellcheck disable=SC2064 # expand now: dir is local
+	trap "cmd_stop $(printf %q "$dir")" EXIT
+
+	true_check() { true; }
+	log "starting the S3 gateway (log: $dir/s3.log)"
+	out="$(launch "versitygw S3 gateway" "$dir/s3.log" true_check \
+		"$bin" --port @PORT@ --health /health --region us-east-1 --quiet \
+		--iam-standalone-endpoint "$sock" \
+		posix --versioning-dir "$dir/versions" "$dir/objects")"
+	read -r s3_pid s3_port <<<"$out"
+	echo "$s3_pid" >"$dir/s3.pid"
+	trap - EXIT
+
+	local env
+	env="export BUCKETBROKER_TEST_S3_ENDPOINT=http://127.0.0.1:$s3_port
+export BUCKETBROKER_TEST_IAM_ENDPOINT=http://127.0.0.1:$iam_port
+export BUCKETBROKER_TEST_S3_ACCESS_KEY=$access
+export BUCKETBROKER_TEST_S3_SECRET_KEY=$secret"
+	(umask 077 && echo "$env" >"$dir/env")
+	log "IAM service pid $iam_pid on 127.0.0.1:$iam_port, S3 gateway pid $s3_pid on 127.0.0.1:$s3_port"
+	echo "$env"
+}
+
+# stop_pid sends SIGTERM, waits, then SIGKILL. A pid that is gone, or that
+# is no longer a versitygw (recycled), is left alone.
+stop_pid() {
+	local name="$1" pidfile="$2" pid deadline
+	pid="$(read_pid "$pidfile")"
+	if ! ours "$pid"; then
+		rm -f "$pidfile"
+		return 0
+	fi
+	kill -TERM "$pid" 2>/dev/null || true
+	deadline=$((SECONDS + STOP_TIMEOUT))
+	while alive "$pid" && ((SECONDS < deadline)); do
+		sleep 0.2
+	done
+	if alive "$pid"; then
+		log "$name (pid $pid) still running ${STOP_TIMEOUT}s after SIGTERM: sending SIGKILL"
+		kill -KILL "$pid" 2>/dev/null || true
+		deadline=$((SECONDS + 5))
+		while alive "$pid" && ((SECONDS < deadline)); do
+			sleep 0.1
+		done
+		alive "$pid" && die "$name (pid $pid) survived SIGKILL for 5s (stuck in the kernel?)"
+	fi
+	log "stopped $name (pid $pid)"
+	rm -f "$pidfile"
+}
+
+cmd_stop() {
+	local dir="$1"
+	[[ -d "$dir" ]] || return 0
+	# The gateway first: it depends on the IAM service.
+	stop_pid "S3 gateway" "$dir/s3.pid"
+	stop_pid "IAM service" "$dir/iam.pid"
+	if [[ -f "$dir/sockdir" ]]; then
+		rm -rf "$(cat "$dir/sockdir")"
+		rm -f "$dir/sockdir"
+	fi
+	rm -f "$dir/iam.sock" "$dir/env"
+}
+
+case "${1:-}" in
+build)
+	(($# == 1)) || usage
+	cmd_build
+	;;
+start)
+	(($# == 2)) || usage
+	cmd_start "$2"
+	;;
+stop)
+	(($# == 2)) || usage
+	cmd_stop "$2"
+	;;
+*) usage ;;
+esac
