@@ -85,6 +85,16 @@ func (d *Driver) EnsureBucket(ctx context.Context, spec driver.BucketSpec) error
 		want[k] = v
 	}
 
+	if d.createFirst {
+		// The common case, a new bucket, in two calls as it would be by hand.
+		created, err := d.createBucket(ctx, spec.Name)
+		if err != nil {
+			return err
+		}
+		if created {
+			return d.putBucketTags(ctx, spec.Name, want)
+		}
+	}
 	b, err := d.observeBucket(ctx, spec.Name)
 	if err != nil {
 		return err

@@ -74,6 +74,11 @@ type Driver struct {
 	iamName   string
 	partition string
 	region    string
+	// createFirst: the server refuses to create a bucket that exists, so
+	// a successful CreateBucket proves the bucket is new. AWS in us-east-1
+	// answers 200 to re-creating a bucket the account owns, so there the
+	// driver looks before it creates.
+	createFirst bool
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -120,10 +125,11 @@ func New(cfg Config) (*Driver, error) {
 	awsCfg.APIOptions = append(awsCfg.APIOptions, callTimeout(cfg.CallTimeout))
 
 	d := &Driver{
-		s3Name:    cfg.S3Endpoint,
-		iamName:   cfg.IAMEndpoint,
-		partition: partition(cfg.S3Endpoint, cfg.Region),
-		region:    cfg.Region,
+		s3Name:      cfg.S3Endpoint,
+		iamName:     cfg.IAMEndpoint,
+		partition:   partition(cfg.S3Endpoint, cfg.Region),
+		region:      cfg.Region,
+		createFirst: cfg.S3Endpoint != "" || (cfg.Region != "" && cfg.Region != defaultRegion),
 	}
 	if d.s3Name == "" {
 		d.s3Name = "AWS S3 (" + cfg.Region + ")"
