@@ -34,7 +34,7 @@ by a crash: the outcome is still one bucket and one credential per id.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand())
+	root.AddCommand(newServeCommand(), newAdminCommand())
 	return root
 }
 
@@ -103,6 +103,9 @@ Credentials come from the environment (never from flags):
 			}
 			cfg.Logger = log
 			cfg.Username, cfg.Password = os.Getenv("BUCKETBROKER_USERNAME"), os.Getenv("BUCKETBROKER_PASSWORD")
+			if !cmd.Flags().Changed("store") {
+				cfg.Store = os.Getenv("BUCKETBROKER_STORE") // a DSN may hold a password: keep it out of ps
+			}
 			cfg.RootAccessKey, cfg.RootSecretKey = os.Getenv("BUCKETBROKER_S3_ROOT_ACCESS_KEY"), os.Getenv("BUCKETBROKER_S3_ROOT_SECRET_KEY")
 			if cfg.Driver == broker.DriverS3IAM && (cfg.RootAccessKey == "" || cfg.RootSecretKey == "") {
 				return fmt.Errorf("--driver s3iam needs BUCKETBROKER_S3_ROOT_ACCESS_KEY and BUCKETBROKER_S3_ROOT_SECRET_KEY in the environment")
@@ -113,7 +116,7 @@ Credentials come from the environment (never from flags):
 	f := cmd.Flags()
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address of the OSB API")
 	f.StringVar(&cfg.DataDir, "data-dir", "./data", "folder for state, the encryption key and (embedded driver) objects")
-	f.StringVar(&cfg.Store, "store", "", "SQLite state file (default <data-dir>/bucketbroker.db)")
+	f.StringVar(&cfg.Store, "store", "", "state store: a PostgreSQL DSN (postgres://user@host/db, for several replicas) or a SQLite file (default <data-dir>/bucketbroker.db); also from BUCKETBROKER_STORE")
 	f.StringVar(&cfg.CatalogFile, "catalog", "", "OSB catalog file, YAML or JSON (default: the built-in s3-bucket service)")
 	f.StringVar(&cfg.EncryptionKeyFile, "encryption-key-file", "", "file with the AES-256 key that seals stored secrets, base64 (default <data-dir>/encryption.key, created when missing)")
 	f.StringVar(&cfg.Driver, "driver", broker.DriverEmbedded, "storage driver: embedded (in-process S3 + IAM server) or s3iam (any external S3 + IAM API endpoint)")

@@ -25,6 +25,7 @@ import (
 	"github.com/bucketbroker/bucketbroker/internal/osb"
 	"github.com/bucketbroker/bucketbroker/internal/s3gateway"
 	"github.com/bucketbroker/bucketbroker/internal/secretbox"
+	"github.com/bucketbroker/bucketbroker/internal/store/postgres"
 	"github.com/bucketbroker/bucketbroker/internal/store/sqlite"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
@@ -45,7 +46,8 @@ type Config struct {
 	// DataDir holds the state file, the encryption key and, for the
 	// embedded driver, objects and IAM data.
 	DataDir string
-	// Store is the SQLite state file; empty means DataDir/bucketbroker.db.
+	// Store names the state store: a PostgreSQL DSN (postgres://...), or a
+	// SQLite file; empty means DataDir/bucketbroker.db.
 	Store string
 	// Username and Password protect the OSB API; empty ones are generated.
 	Username, Password string
@@ -89,7 +91,7 @@ type Config struct {
 type Broker struct {
 	cfg      Config
 	log      *slog.Logger
-	store    *sqlite.Store
+	store    Store
 	gateway  *s3gateway.Server
 	engine   *engine.Engine
 	server   *http.Server
@@ -154,12 +156,8 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 	if err != nil {
 		return nil, err
 	}
-	storePath := cfg.Store
-	if storePath == "" {
-		storePath = filepath.Join(cfg.DataDir, "bucketbroker.db")
-	}
-	if b.store, err = sqlite.Open(ctx, storePath); err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+	if b.store, err = OpenStore(ctx, cfg.Store, cfg.DataDir); err != nil {
+		return nil, err
 	}
 
 	drv, endpoint, err := b.startBackend(ctx, &cfg)
@@ -226,6 +224,33 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 	}
 	go func() { b.serveErr <- b.server.Serve(b.listener) }()
 	return b, nil
+}
+
+// Store is a state store the broker closes on shutdown.
+type Store interface {
+	engine.Store
+	Close() error
+}
+
+// OpenStore opens (and migrates) the store spec names: a PostgreSQL DSN
+// (postgres:// or postgresql://), or a SQLite file path; empty means
+// <dataDir>/bucketbroker.db.
+func OpenStore(ctx context.Context, spec, dataDir string) (Store, error) {
+	if strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://") {
+		s, err := postgres.Open(ctx, spec)
+		if err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		return s, nil
+	}
+	if spec == "" {
+		spec = filepath.Join(dataDir, "bucketbroker.db")
+	}
+	s, err := sqlite.Open(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	return s, nil
 }
 
 func (b *Broker) startBackend(ctx context.Context, cfg *Config) (driver.Driver, engine.Endpoint, error) {

@@ -1,10 +1,8 @@
 package sqlite
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -19,6 +17,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/bucketbroker/bucketbroker/internal/engine"
+	"github.com/bucketbroker/bucketbroker/internal/store"
 )
 
 // busyTimeout bounds how long a statement waits for a lock held by another
@@ -178,17 +177,17 @@ func (s *Store) Close() error {
 
 // Insert implements engine.Store.
 func (s *Store) Insert(ctx context.Context, r *engine.Record) error {
-	if err := checkKey(r.Kind, r.ID); err != nil {
+	if err := store.CheckKey(r.Kind, r.ID); err != nil {
 		return fmt.Errorf("insert record %s/%s: %w", r.Kind, r.ID, err)
 	}
-	now := now()
+	now := store.Now()
 	c := r.Clone()
 	c.Version = 1
 	if c.CreatedAt.IsZero() {
 		c.CreatedAt = now
 	}
 	c.UpdatedAt = now
-	data, err := encode(c)
+	data, err := store.Encode(c)
 	if err != nil {
 		return fmt.Errorf("insert record %s/%s: %w", r.Kind, r.ID, err)
 	}
@@ -223,7 +222,7 @@ func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.R
 	if err != nil {
 		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, err)
 	}
-	r, err := decode(version, data)
+	r, err := store.Decode(version, data)
 	if err != nil {
 		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, err)
 	}
@@ -232,13 +231,13 @@ func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.R
 
 // Update implements engine.Store.
 func (s *Store) Update(ctx context.Context, r *engine.Record) error {
-	if err := checkKey(r.Kind, r.ID); err != nil {
+	if err := store.CheckKey(r.Kind, r.ID); err != nil {
 		return fmt.Errorf("update record %s/%s: %w", r.Kind, r.ID, err)
 	}
 	c := r.Clone()
 	c.Version = r.Version + 1
-	c.UpdatedAt = now()
-	data, err := encode(c)
+	c.UpdatedAt = store.Now()
+	data, err := store.Encode(c)
 	if err != nil {
 		return fmt.Errorf("update record %s/%s: %w", r.Kind, r.ID, err)
 	}
@@ -310,7 +309,7 @@ func (s *Store) List(ctx context.Context, opts engine.ListOptions) ([]*engine.Re
 		if err := rows.Scan(&version, &data); err != nil {
 			return nil, fmt.Errorf("list records: %w", err)
 		}
-		r, err := decode(version, data)
+		r, err := store.Decode(version, data)
 		if err != nil {
 			return nil, fmt.Errorf("list records: %w", err)
 		}
@@ -322,49 +321,6 @@ func (s *Store) List(ctx context.Context, opts engine.ListOptions) ([]*engine.Re
 	return out, nil
 }
 
-func checkKey(kind engine.Kind, id string) error {
-	if kind == "" || id == "" {
-		return errors.New("record kind and id must not be empty")
-	}
-	return nil
-}
-
-// now is the time the store stamps on records: UTC and whole microseconds,
-// so that it round-trips through any store (PostgreSQL keeps microseconds)
-// and the caller's copy equals what a later Get returns.
-func now() time.Time {
-	return time.Now().UTC().Truncate(time.Microsecond)
-}
-
 func formatTime(t time.Time) string {
 	return t.UTC().Format(timeLayout)
-}
-
-// encode returns the JSON stored in the data column, with every time in
-// UTC. HTML escaping is off: encoding/json would otherwise rewrite '<', '>'
-// and '&' inside the json.RawMessage fields (the canonical parameters), and
-// a record must come back byte for byte as it was written.
-func encode(r *engine.Record) ([]byte, error) {
-	r.CreatedAt = r.CreatedAt.UTC()
-	r.UpdatedAt = r.UpdatedAt.UTC()
-	r.Op.StartedAt = r.Op.StartedAt.UTC()
-	r.Op.Deadline = r.Op.Deadline.UTC()
-	r.Op.EndedAt = r.Op.EndedAt.UTC()
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(r); err != nil {
-		return nil, fmt.Errorf("encode record: %w", err)
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
-}
-
-func decode(version int64, data []byte) (*engine.Record, error) {
-	r := new(engine.Record)
-	if err := json.Unmarshal(data, r); err != nil {
-		return nil, fmt.Errorf("decode record: %w", err)
-	}
-	// The column is what the compare-and-swap checks; it is the truth.
-	r.Version = version
-	return r, nil
 }

@@ -1,0 +1,60 @@
+package store
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bucketbroker/bucketbroker/internal/engine"
+)
+
+// Now is the time a store stamps on records: UTC, whole microseconds
+// (PostgreSQL's precision), so that the caller's copy equals what a later
+// Get returns.
+func Now() time.Time {
+	return time.Now().UTC().Truncate(time.Microsecond)
+}
+
+// CheckKey rejects an empty kind or id.
+func CheckKey(kind engine.Kind, id string) error {
+	if kind == "" || id == "" {
+		return errors.New("record kind and id must not be empty")
+	}
+	return nil
+}
+
+// Encode returns the JSON a store keeps for r, with every time in UTC. It
+// changes r's times to UTC too. HTML escaping is off: encoding/json would
+// otherwise rewrite '<', '>' and '&' inside the json.RawMessage fields (the
+// canonical parameters), and a record must come back byte for byte.
+func Encode(r *engine.Record) ([]byte, error) {
+	r.CreatedAt, r.UpdatedAt, r.LeaseUntil = r.CreatedAt.UTC(), r.UpdatedAt.UTC(), r.LeaseUntil.UTC()
+	utcOp(&r.Op)
+	for i := range r.History {
+		utcOp(&r.History[i])
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(r); err != nil {
+		return nil, fmt.Errorf("encode record: %w", err)
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+func utcOp(o *engine.Operation) {
+	o.StartedAt, o.Deadline, o.EndedAt = o.StartedAt.UTC(), o.Deadline.UTC(), o.EndedAt.UTC()
+}
+
+// Decode parses what Encode wrote. version is the store's version column:
+// it, not the JSON, is what compare-and-swap checks, so it wins.
+func Decode(version int64, data []byte) (*engine.Record, error) {
+	r := new(engine.Record)
+	if err := json.Unmarshal(data, r); err != nil {
+		return nil, fmt.Errorf("decode record: %w", err)
+	}
+	r.Version = version
+	return r, nil
+}

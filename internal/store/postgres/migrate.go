@@ -1,0 +1,120 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/bucketbroker/bucketbroker/internal/store"
+)
+
+// migrateLockKey is the pg_advisory_xact_lock key that serializes schema
+// migrations of every bucketbroker process on a database ("bbschema" in
+// ASCII). Advisory locks are per database, not per schema, so stores in two
+// schemas of one database also take turns; a migration is short.
+const migrateLockKey int64 = 0x6262736368656d61
+
+// migrations are the schema changes, in order: migrations[i] brings the
+// schema to version i+1. Append only; never edit one that has shipped.
+var migrations = []string{
+	// 1: records. The columns beside data are copies of record fields that
+	// queries select on; data is the whole record and the source of truth.
+	// data is json, not jsonb: json keeps the text as written, and the
+	// record's raw JSON fields (the canonical parameters that fingerprints
+	// are computed over) must come back byte for byte; jsonb would reorder
+	// keys and rewrite numbers. kind, id and instance_id sort by bytes
+	// (COLLATE "C") whatever the database's default collation, so that
+	// List's order is Go's string order and ORDER BY kind, id reads the
+	// primary key in order. Unfinished operations are few among many
+	// finished ones: a partial index holds only them.
+	`CREATE TABLE records (
+		kind        text COLLATE "C" NOT NULL,
+		id          text COLLATE "C" NOT NULL,
+		instance_id text COLLATE "C" NOT NULL,
+		phase       text        NOT NULL,
+		op_state    text        NOT NULL,
+		version     bigint      NOT NULL,
+		created_at  timestamptz NOT NULL,
+		updated_at  timestamptz NOT NULL,
+		data        json        NOT NULL,
+		PRIMARY KEY (kind, id)
+	);
+	CREATE INDEX records_instance_id ON records (instance_id, kind, id);
+	CREATE INDEX records_unfinished ON records (kind, id) WHERE op_state = 'in progress';`,
+}
+
+// migrate brings the schema up to the newest version in migrations, in one
+// transaction: a crash or a failed migration leaves the schema as it was
+// (PostgreSQL's DDL is transactional). The transaction first takes an
+// advisory lock, so that replicas starting at the same time migrate one
+// after the other; the later ones find nothing left to do. Without the lock
+// two concurrent CREATE TABLE IF NOT EXISTS can both fail on a unique
+// violation in the catalog.
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate schema: %w", err)
+	}
+	defer tx.Rollback(ctx) // a no-op after Commit
+
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockKey); err != nil {
+		return fmt.Errorf("migrate schema: take migration lock: %w", err)
+	}
+	var schema *string
+	if err := tx.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		return fmt.Errorf("migrate schema: %w", err)
+	}
+	if schema == nil {
+		var path string
+		if err := tx.QueryRow(ctx, `SHOW search_path`).Scan(&path); err != nil {
+			return fmt.Errorf("migrate schema: %w", err)
+		}
+		return fmt.Errorf("migrate schema: search_path %q names no existing schema to keep the tables in", path)
+	}
+	if _, err := tx.Exec(ctx, `
+		CREATE TABLE IF NOT EXISTS schema_migrations (
+			version    integer PRIMARY KEY,
+			applied_at timestamptz NOT NULL
+		)`); err != nil {
+		return fmt.Errorf("migrate schema: %w", err)
+	}
+	var current int
+	if err := tx.QueryRow(ctx,
+		`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
+		return fmt.Errorf("migrate schema: read version: %w", err)
+	}
+	if current > len(migrations) {
+		return fmt.Errorf("database schema version %d is newer than the newest this binary knows (%d): run a newer bucketbroker, or restore a backup taken before the upgrade",
+			current, len(migrations))
+	}
+	for v := current + 1; v <= len(migrations); v++ {
+		// No arguments: pgx sends it with the simple protocol, which runs
+		// every statement of a multi-statement migration.
+		if _, err := tx.Exec(ctx, migrations[v-1]); err != nil {
+			return fmt.Errorf("migrate schema to version %d: %w", v, err)
+		}
+		if _, err := tx.Exec(ctx,
+			`INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)`, v, store.Now()); err != nil {
+			return fmt.Errorf("migrate schema to version %d: %w", v, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("migrate schema: %w", err)
+	}
+	return nil
+}
+
+// checkEncoding refuses a database that cannot store every record: ids and
+// parameters are arbitrary Unicode, and a LATIN1 database would accept the
+// first records and fail on the first id it cannot encode.
+func checkEncoding(ctx context.Context, pool *pgxpool.Pool) error {
+	var enc string
+	if err := pool.QueryRow(ctx, `SELECT current_setting('server_encoding')`).Scan(&enc); err != nil {
+		return fmt.Errorf("read database encoding: %w", err)
+	}
+	if enc != "UTF8" {
+		return fmt.Errorf("database encoding is %s, want UTF8: create the database with ENCODING 'UTF8'", enc)
+	}
+	return nil
+}
