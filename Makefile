@@ -23,13 +23,18 @@ test: lint ## Lint, then run every test (race detector on) against real servers 
 test-quick: ## Run the tests without the race detector and without external servers (those tests skip)
 	$(GO) test -count=1 ./...
 
+.PHONY: generate
+generate: ## Regenerate deepcopy code and CRD YAML from api/ (controller-gen, cached)
+	hack/generate.sh
+
 .PHONY: lint
-lint: ## gofmt and go vet must be clean; every package needs a doc.go
+lint: ## gofmt and go vet clean, a doc.go in every package, generated files up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	@missing=$$(for d in $$($(GO) list -f '{{.Dir}}' ./...); do [ -f "$$d/doc.go" ] || echo "$$d"; done); \
 	  if [ -n "$$missing" ]; then echo "packages without doc.go:"; echo "$$missing"; exit 1; fi
+	hack/generate.sh --check
 
 .PHONY: fuzz
 fuzz: ## Fuzz the OSB request decoding for FUZZTIME (default 30s)

@@ -5,6 +5,8 @@
 #     for the s3iam driver's conformance suite against a real process;
 #   - PostgreSQL (installed from Debian packages when missing), a throwaway
 #     cluster for the PostgreSQL store's tests;
+#   - kube-apiserver and etcd binaries for envtest (built from the Go module
+#     proxy once: about 15 minutes cold; envtest starts them per test run).
 #
 # The embedded S3 server and SQLite run inside the tests themselves.
 # Builds are cached under ${BUCKETBROKER_CACHE:-$HOME/.cache/bucketbroker},
@@ -31,6 +33,8 @@ vgw_env=$(hack/versitygw.sh start "$work/vgw")
 pg_env=$(hack/postgres.sh start "$work/pg")
 eval "$vgw_env"
 eval "$pg_env"
+KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh | tail -n 1)
+export KUBEBUILDER_ASSETS
 echo "test servers ready in $(( $(date +%s) - t0 ))s" >&2
 
 # With the servers up, a test that finds one missing is a failure, not a skip.
