@@ -30,21 +30,38 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 	if err != nil {
 		return Result{}, invalidf("parameters: %v", err)
 	}
-	if err := plan.Validate(catalog.ForCreate, params); err != nil {
-		return Result{}, invalidf("%v", err)
-	}
 	if plan.Settings().AsyncRequired && !req.AcceptsIncomplete {
 		return Result{}, fmt.Errorf("%w: plan %q provisions asynchronously only", ErrAsyncRequired, plan.Name)
 	}
 	r := Request{ServiceID: req.ServiceID, PlanID: req.PlanID, Parameters: params,
 		OrganizationGUID: req.OrganizationGUID, SpaceGUID: req.SpaceGUID, Context: req.Context}
 	fp := fingerprint("", r)
+	// The schema check runs before anything is written or answered, except
+	// for an exact replay of a live instance: its parameters passed when
+	// they were first accepted.
+	validated := false
+	validate := func() error {
+		if validated {
+			return nil
+		}
+		if err := plan.Validate(catalog.ForCreate, params); err != nil {
+			return invalidf("%v", err)
+		}
+		validated = true
+		return nil
+	}
 
 	// Read first: a re-sent request is answered from the record without a
 	// write. The insert below stays the only arbiter between concurrent
 	// first requests.
 	for range maxCASRetries {
 		rec, err := e.store.Get(ctx, KindInstance, req.InstanceID)
+		replay := err == nil && rec.Fingerprint == fp && rec.Phase != PhaseDeleted && rec.Phase != PhaseFailed
+		if !replay && (err == nil || errors.Is(err, ErrNotFound)) {
+			if err := validate(); err != nil {
+				return Result{}, err
+			}
+		}
 		if errors.Is(err, ErrNotFound) {
 			fresh := e.newInstance(req.InstanceID, r, fp, e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
 			fresh.BucketAttempted = e.bucketFree(ctx, fresh)
