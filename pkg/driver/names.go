@@ -92,3 +92,42 @@ func slug(s string, n int) string {
 	}
 	return strings.Trim(b.String(), "-")
 }
+
+// MarkPrefix starts every owner mark OwnerMark makes.
+const MarkPrefix = "bucketbroker:"
+
+// markRE matches OwnerMark's output: the kind's slug and 40 hex digits.
+var markRE = regexp.MustCompile(`^bucketbroker:([a-z0-9-]{0,12}):([0-9a-f]{40})$`)
+
+// ParseOwnerMark returns the kind slug of a mark made by OwnerMark (the
+// kind, lower-cased and cut to 12 characters: "instance", "binding"), and
+// false for anything else.
+func ParseOwnerMark(mark string) (kind string, ok bool) {
+	m := markRE.FindStringSubmatch(mark)
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
+}
+
+// NameMatchesMark reports whether name is what BucketName or UserName
+// give, for prefix, the kind and id whose OwnerMark is mark: both hash the
+// same kind and id, so the name ends with the start of the mark's hash.
+// A resource that passes was made under this prefix for that mark's owner;
+// one that does not (another prefix, a hand-made name, a copied tag) is
+// not to be judged by a broker using prefix.
+func NameMatchesMark(prefix, name, mark string) bool {
+	m := markRE.FindStringSubmatch(mark)
+	if m == nil || !strings.HasPrefix(name, prefix+"-") {
+		return false
+	}
+	rest := name[len(prefix)+1:]
+	h := m[2][:hashLen]
+	if rest == h {
+		return true
+	}
+	s, ok := strings.CutSuffix(rest, "-"+h)
+	return ok && len(s) <= slugLen && slugRE.MatchString(s)
+}
+
+var slugRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)

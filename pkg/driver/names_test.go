@@ -67,3 +67,61 @@ func TestValidatePrefix(t *testing.T) {
 		}
 	}
 }
+
+func TestOwnerMarksAndNames(t *testing.T) {
+	inst := OwnerMark("instance", "0b4c6e6a-8f1e-4b7c")
+	tests := map[string]struct {
+		reason   string
+		prefix   string
+		name     string
+		mark     string
+		wantKind string
+		wantOK   bool
+		match    bool
+	}{
+		"Bucket": {
+			reason: "a bucket name derived with the prefix matches its mark",
+			prefix: "bb", name: BucketName("bb", "instance", "0b4c6e6a-8f1e-4b7c"), mark: inst,
+			wantKind: "instance", wantOK: true, match: true,
+		},
+		"User": {
+			reason: "a user name derived with the prefix matches its mark",
+			prefix: "bb", name: UserName("bb", "binding", "b/1"), mark: OwnerMark("binding", "b/1"),
+			wantKind: "binding", wantOK: true, match: true,
+		},
+		"EmptySlug": {
+			reason: "an id without letters or digits gives a name without slug that still matches",
+			prefix: "bb", name: BucketName("bb", "instance", "//"), mark: OwnerMark("instance", "//"),
+			wantKind: "instance", wantOK: true, match: true,
+		},
+		"OtherPrefix": {
+			reason: "a name made under another prefix is not judged under this one",
+			prefix: "bb", name: BucketName("team", "instance", "0b4c6e6a-8f1e-4b7c"), mark: inst,
+			wantKind: "instance", wantOK: true,
+		},
+		"OtherID": {
+			reason: "a mark copied onto another id's resource does not match its name",
+			prefix: "bb", name: BucketName("bb", "instance", "other"), mark: inst,
+			wantKind: "instance", wantOK: true,
+		},
+		"NotAMark": {
+			reason: "a tag value that OwnerMark cannot make is no mark",
+			prefix: "bb", name: BucketName("bb", "instance", "x"), mark: "bucketbroker:instance:xyz",
+		},
+		"ForeignMark": {
+			reason: "anyone else's owner tag is no mark",
+			prefix: "bb", name: "bb-x", mark: "team-a",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			kind, ok := ParseOwnerMark(tc.mark)
+			if kind != tc.wantKind || ok != tc.wantOK {
+				t.Errorf("%s\nParseOwnerMark(%q) = %q, %v; want %q, %v", tc.reason, tc.mark, kind, ok, tc.wantKind, tc.wantOK)
+			}
+			if got := NameMatchesMark(tc.prefix, tc.name, tc.mark); got != tc.match {
+				t.Errorf("%s\nNameMatchesMark(%q, %q, %q) = %v, want %v", tc.reason, tc.prefix, tc.name, tc.mark, got, tc.match)
+			}
+		})
+	}
+}

@@ -123,6 +123,10 @@ func Run(t *testing.T, cfg Config) {
 		{"Names", map[string]func(*testing.T){
 			"DerivedNamesWork": s.testNames,
 		}},
+		{"Inventory", map[string]func(*testing.T){
+			"ListsMarkedOnly": s.testInventory,
+			"DeleteAccessKey": s.testDeleteAccessKey,
+		}},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

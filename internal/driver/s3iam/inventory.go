@@ -1,0 +1,187 @@
+package s3iam
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+// inventoryWorkers bounds the per-resource calls (tags, keys) Inventory
+// makes at once: enough to list thousands of resources in seconds, few
+// enough not to trip a server's request rate limits.
+const inventoryWorkers = 8
+
+var _ driver.Auditable = (*Driver)(nil)
+
+// Inventory implements driver.Auditable. Buckets are listed with
+// ListBuckets and judged by their tags (one GetBucketTagging each); users
+// are listed under UserPath only, with their tags and keys. A bucket the
+// driver may not read (HTTP 403) is someone else's and is left out, as is a
+// resource deleted while the listing runs.
+func (d *Driver) Inventory(ctx context.Context, namePrefix string) (driver.Inventory, error) {
+	var inv driver.Inventory
+	var err error
+	if inv.Buckets, err = d.ownedBuckets(ctx, namePrefix); err != nil {
+		return driver.Inventory{}, err
+	}
+	if inv.Users, err = d.ownedUsers(ctx, namePrefix); err != nil {
+		return driver.Inventory{}, err
+	}
+	return inv, nil
+}
+
+func (d *Driver) ownedBuckets(ctx context.Context, namePrefix string) ([]driver.OwnedBucket, error) {
+	var names []string
+	in := &s3.ListBucketsInput{}
+	if namePrefix != "" {
+		in.Prefix = aws.String(namePrefix) // servers that ignore it are filtered below
+	}
+	pages := s3.NewListBucketsPaginator(d.s3, in)
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, mapBucketErr(err, "list buckets")
+		}
+		for _, b := range page.Buckets {
+			if n := aws.ToString(b.Name); strings.HasPrefix(n, namePrefix) {
+				names = append(names, n)
+			}
+		}
+	}
+	owners, err := forEach(ctx, names, func(ctx context.Context, name string) (string, error) {
+		out, err := d.s3.GetBucketTagging(ctx, &s3.GetBucketTaggingInput{Bucket: &name})
+		switch {
+		case err == nil:
+		case hasCode(err, codesNoTags...), hasCode(err, codesNoBucket...), httpStatus(err) == http.StatusForbidden:
+			return "", nil
+		default:
+			return "", mapBucketErr(err, "get tags of bucket %q", name)
+		}
+		for _, t := range out.TagSet {
+			if aws.ToString(t.Key) == OwnerTagKey {
+				return aws.ToString(t.Value), nil
+			}
+		}
+		return "", nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var owned []driver.OwnedBucket
+	for i, name := range names {
+		if strings.HasPrefix(owners[i], driver.MarkPrefix) {
+			owned = append(owned, driver.OwnedBucket{Name: name, Owner: owners[i]})
+		}
+	}
+	slices.SortFunc(owned, func(a, b driver.OwnedBucket) int { return strings.Compare(a.Name, b.Name) })
+	return owned, nil
+}
+
+func (d *Driver) ownedUsers(ctx context.Context, namePrefix string) ([]driver.OwnedUser, error) {
+	var names []string
+	pages := iam.NewListUsersPaginator(d.iam, &iam.ListUsersInput{PathPrefix: aws.String(UserPath)})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, mapIAMErr(err, "list users under %s", UserPath)
+		}
+		for _, u := range page.Users {
+			if n := aws.ToString(u.UserName); strings.HasPrefix(n, namePrefix) {
+				names = append(names, n)
+			}
+		}
+	}
+	users, err := forEach(ctx, names, func(ctx context.Context, name string) (driver.OwnedUser, error) {
+		u, err := d.observeUser(ctx, name)
+		if err != nil || !u.exists || !strings.HasPrefix(u.owner, driver.MarkPrefix) {
+			return driver.OwnedUser{}, err
+		}
+		keys, err := d.listKeys(ctx, name)
+		if hasCode(err, codesNoEntity...) {
+			return driver.OwnedUser{}, nil // deleted since
+		}
+		if err != nil {
+			return driver.OwnedUser{}, err
+		}
+		owned := driver.OwnedUser{Name: name, Owner: u.owner}
+		for _, k := range keys {
+			owned.KeyIDs = append(owned.KeyIDs, aws.ToString(k.AccessKeyId))
+		}
+		slices.Sort(owned.KeyIDs)
+		return owned, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var owned []driver.OwnedUser
+	for _, u := range users {
+		if u.Name != "" {
+			owned = append(owned, u)
+		}
+	}
+	slices.SortFunc(owned, func(a, b driver.OwnedUser) int { return strings.Compare(a.Name, b.Name) })
+	return owned, nil
+}
+
+// forEach calls f for every item, at most inventoryWorkers at once, and
+// returns the results in the items' order, or the first error (the calls
+// not yet started are then skipped).
+func forEach[T, R any](ctx context.Context, items []T, f func(context.Context, T) (R, error)) ([]R, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	out := make([]R, len(items))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(inventoryWorkers, len(items)) {
+		wg.Go(func() {
+			for i := range next {
+				r, err := f(ctx, items[i])
+				if err != nil {
+					cancel(err)
+					continue
+				}
+				out[i] = r
+			}
+		})
+	}
+feed:
+	for i := range items {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// DeleteAccessKey implements driver.Auditable.
+func (d *Driver) DeleteAccessKey(ctx context.Context, userName, owner, keyID string) error {
+	if err := requireNames("user name", userName, "owner", owner, "key id", keyID); err != nil {
+		return err
+	}
+	u, err := d.observeUser(ctx, userName)
+	if err != nil {
+		return err
+	}
+	if !u.exists {
+		return nil
+	}
+	if u.owner != owner {
+		return u.ownedByOther(userName)
+	}
+	return d.deleteKey(ctx, userName, keyID)
+}
