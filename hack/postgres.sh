@@ -14,6 +14,9 @@
 # byte order, so that a store that forgets COLLATE "C" fails its tests here.
 #
 # Only the export line goes to stdout; everything else goes to stderr.
+#
+# Environment: PG_PORT makes start listen on that port instead of a free one
+# (a test that stops and starts its server keeps the DSN it has).
 set -euo pipefail
 
 # Every wait is bounded by this many seconds.
@@ -174,7 +177,7 @@ start() {
 	# try a few.
 	local attempt
 	for attempt in 1 2 3; do
-		port=$(free_port)
+		port=${PG_PORT:-$(free_port)}
 		echo "Starting PostgreSQL on 127.0.0.1:$port (log: $dir/postgres.log)"
 		# The server must not inherit the lock or this script's stdout:
 		# it would hold the lock, and $(hack/postgres.sh start) would never
@@ -188,7 +191,7 @@ start() {
 			as "$bin/pg_ctl" stop -D "$data" -m fast -w -t "$WAIT" >/dev/null || true
 			die "PostgreSQL did not become ready within ${WAIT}s; see $dir/postgres.log"
 		fi
-		((attempt < 3)) || die "PostgreSQL did not start; see $dir/postgres.log"
+		((attempt < 3)) && [ -z "${PG_PORT:-}" ] || die "PostgreSQL did not start; see $dir/postgres.log"
 		echo "Start failed, trying another port; see $dir/postgres.log"
 	done
 

@@ -61,11 +61,11 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 			if errors.Is(err, ErrExists) {
 				continue // a concurrent duplicate won; answer from its record
 			} else if err != nil {
-				return BindResult{}, e.storeErr(err)
+				return BindResult{}, e.storeErr(ctx, err)
 			}
 			return e.bindStarted(ctx, rec, req.AcceptsIncomplete)
 		case err != nil:
-			return BindResult{}, e.storeErr(err)
+			return BindResult{}, e.storeErr(ctx, err)
 		}
 		if rec.Phase == PhaseDeleted || (rec.Phase == PhaseFailed && rec.Fingerprint == fp && rec.Op.Type == OpBind) {
 			inst, err := e.bindableInstance(ctx, req)
@@ -81,7 +81,7 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 			if err := e.save(ctx, rec); errors.Is(err, ErrStale) {
 				continue
 			} else if err != nil {
-				return BindResult{}, e.storeErr(err)
+				return BindResult{}, e.storeErr(ctx, err)
 			}
 			return e.bindStarted(ctx, rec, req.AcceptsIncomplete)
 		}
@@ -120,7 +120,7 @@ func (e *Engine) bindableInstance(ctx context.Context, req BindRequest) (*Record
 	if errors.Is(err, ErrNotFound) {
 		return nil, invalidf("instance %s does not exist", req.InstanceID)
 	} else if err != nil {
-		return nil, e.storeErr(err)
+		return nil, e.storeErr(ctx, err)
 	}
 	switch inst.Phase {
 	case PhaseReady, PhaseUpdating:
@@ -143,13 +143,13 @@ func (e *Engine) bindableInstance(ctx context.Context, req BindRequest) (*Record
 func (e *Engine) bindStarted(ctx context.Context, rec *Record, async bool) (BindResult, error) {
 	inst, err := e.store.Get(ctx, KindInstance, rec.InstanceID)
 	if err != nil {
-		return BindResult{}, e.storeErr(err)
+		return BindResult{}, e.storeErr(ctx, err)
 	}
 	if inst.Phase == PhaseDeprovisioning || inst.Phase == PhaseDeleted {
 		rec.Phase = PhaseDeleted
 		rec.Op.State, rec.Op.Description, rec.Op.EndedAt = OpFailed, "bind failed: the instance is being deprovisioned", time.Now().UTC()
 		if err := e.save(ctx, rec); err != nil && !errors.Is(err, ErrStale) {
-			return BindResult{}, e.storeErr(err)
+			return BindResult{}, e.storeErr(ctx, err)
 		}
 		return BindResult{}, fmt.Errorf("%w: instance %s is being deprovisioned", ErrConcurrency, rec.InstanceID)
 	}
@@ -166,7 +166,7 @@ func (e *Engine) withCredentials(ctx context.Context, rec *Record, res Result, e
 	}
 	rec, err = e.store.Get(ctx, KindBinding, rec.ID)
 	if err != nil {
-		return BindResult{}, e.storeErr(err)
+		return BindResult{}, e.storeErr(ctx, err)
 	}
 	creds, err := e.credentials(rec)
 	return BindResult{Result: res, Credentials: creds}, err
@@ -196,7 +196,7 @@ func (e *Engine) Unbind(ctx context.Context, req UnbindRequest) (Result, error) 
 		if errors.Is(err, ErrNotFound) || (err == nil && rec.InstanceID != req.InstanceID) {
 			return Result{}, fmt.Errorf("%w: binding %s of instance %s", ErrGone, req.BindingID, req.InstanceID)
 		} else if err != nil {
-			return Result{}, e.storeErr(err)
+			return Result{}, e.storeErr(ctx, err)
 		}
 		switch rec.Phase {
 		case PhaseDeleted:
@@ -209,7 +209,7 @@ func (e *Engine) Unbind(ctx context.Context, req UnbindRequest) (Result, error) 
 		if err := e.save(ctx, rec); errors.Is(err, ErrStale) {
 			continue
 		} else if err != nil {
-			return Result{}, e.storeErr(err)
+			return Result{}, e.storeErr(ctx, err)
 		}
 		crashpoint.Hit("unbind/record-written")
 		e.log.Info("Unbinding", "id", rec.ID, "instance", rec.InstanceID, "operation", rec.Op.ID)
@@ -225,7 +225,7 @@ func (e *Engine) GetBinding(ctx context.Context, instanceID, bindingID string) (
 	if errors.Is(err, ErrNotFound) || (err == nil && (rec.InstanceID != instanceID || rec.Phase != PhaseReady)) {
 		return nil, fmt.Errorf("%w: binding %s of instance %s", ErrMissing, bindingID, instanceID)
 	} else if err != nil {
-		return nil, e.storeErr(err)
+		return nil, e.storeErr(ctx, err)
 	}
 	creds, err := e.credentials(rec)
 	if err != nil {

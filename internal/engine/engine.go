@@ -398,7 +398,7 @@ func (e *Engine) wait(ctx context.Context, kind Kind, id, opID string) (*Record,
 		ch := e.changedCh(kind, id)
 		rec, err := e.store.Get(ctx, kind, id)
 		if err != nil {
-			return nil, e.storeErr(err)
+			return nil, e.storeErr(ctx, err)
 		}
 		if rec.Op.ID != opID || rec.Op.Finished() {
 			return rec, nil
@@ -413,9 +413,10 @@ func (e *Engine) wait(ctx context.Context, kind Kind, id, opID string) (*Record,
 	}
 }
 
-// storeErr turns a store failure into an answer for the platform.
-func (e *Engine) storeErr(err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+// storeErr turns a store failure into an answer for the platform: 503,
+// unless the request itself has ended (then the caller is gone anyway).
+func (e *Engine) storeErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
 		return err
 	}
 	e.log.Error("Store unavailable", "error", err)

@@ -69,13 +69,13 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 			if errors.Is(err, ErrExists) {
 				continue // a concurrent duplicate won; answer from its record
 			} else if err != nil {
-				return Result{}, e.storeErr(err)
+				return Result{}, e.storeErr(ctx, err)
 			}
 			crashpoint.Hit("provision/record-written")
 			e.log.Info("Provisioning instance", "id", req.InstanceID, "plan", plan.Name, "bucket", fresh.Bucket, "operation", fresh.Op.ID)
 			return e.started(ctx, fresh, OutcomeCreated, req.AcceptsIncomplete)
 		} else if err != nil {
-			return Result{}, e.storeErr(err)
+			return Result{}, e.storeErr(ctx, err)
 		}
 		if rec.Phase == PhaseDeleted || (rec.Phase == PhaseFailed && rec.Fingerprint == fp && rec.Op.Type == OpProvision) {
 			// Provision again: a deleted id may be reused, a failed
@@ -88,7 +88,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 			if err := e.save(ctx, rec); errors.Is(err, ErrStale) {
 				continue
 			} else if err != nil {
-				return Result{}, e.storeErr(err)
+				return Result{}, e.storeErr(ctx, err)
 			}
 			crashpoint.Hit("provision/record-written")
 			return e.started(ctx, rec, OutcomeCreated, req.AcceptsIncomplete)
@@ -179,7 +179,7 @@ func (e *Engine) Update(ctx context.Context, req UpdateRequest) (Result, error) 
 		if errors.Is(err, ErrNotFound) {
 			return Result{}, fmt.Errorf("%w: instance %s does not exist", ErrMissing, req.InstanceID)
 		} else if err != nil {
-			return Result{}, e.storeErr(err)
+			return Result{}, e.storeErr(ctx, err)
 		}
 		target, plan, err := e.updateTarget(ctx, rec, req, params)
 		if err != nil {
@@ -211,7 +211,7 @@ func (e *Engine) Update(ctx context.Context, req UpdateRequest) (Result, error) 
 		if err := e.save(ctx, rec); errors.Is(err, ErrStale) {
 			continue
 		} else if err != nil {
-			return Result{}, e.storeErr(err)
+			return Result{}, e.storeErr(ctx, err)
 		}
 		e.log.Info("Updating instance", "id", rec.ID, "plan", plan.Name, "operation", rec.Op.ID)
 		return e.started(ctx, rec, OutcomeOK, req.AcceptsIncomplete)
@@ -240,7 +240,7 @@ func (e *Engine) updateTarget(ctx context.Context, rec *Record, req UpdateReques
 		}
 		bindings, err := e.store.List(ctx, ListOptions{Kind: KindBinding, InstanceID: rec.ID})
 		if err != nil {
-			return Request{}, nil, e.storeErr(err)
+			return Request{}, nil, e.storeErr(ctx, err)
 		}
 		for _, b := range bindings {
 			if b.Phase != PhaseDeleted && !plan.Settings().AllowsAccess(driver.Access(b.Access)) {
@@ -272,7 +272,7 @@ func (e *Engine) Deprovision(ctx context.Context, req DeprovisionRequest) (Resul
 		if errors.Is(err, ErrNotFound) {
 			return Result{}, fmt.Errorf("%w: instance %s", ErrGone, req.InstanceID)
 		} else if err != nil {
-			return Result{}, e.storeErr(err)
+			return Result{}, e.storeErr(ctx, err)
 		}
 		if plan, err := e.catalog.Lookup(rec.Request.ServiceID, rec.Request.PlanID); err == nil &&
 			plan.Settings().AsyncRequired && !req.AcceptsIncomplete && rec.Phase != PhaseDeleted {
@@ -292,7 +292,7 @@ func (e *Engine) Deprovision(ctx context.Context, req DeprovisionRequest) (Resul
 		if err := e.save(ctx, rec); errors.Is(err, ErrStale) {
 			continue
 		} else if err != nil {
-			return Result{}, e.storeErr(err)
+			return Result{}, e.storeErr(ctx, err)
 		}
 		crashpoint.Hit("deprovision/record-written")
 		e.log.Info("Deprovisioning instance", "id", rec.ID, "halting_provision", halting, "operation", rec.Op.ID)
@@ -308,7 +308,7 @@ func (e *Engine) GetInstance(ctx context.Context, id string) (*InstanceView, err
 	if errors.Is(err, ErrNotFound) {
 		return nil, fmt.Errorf("%w: instance %s", ErrMissing, id)
 	} else if err != nil {
-		return nil, e.storeErr(err)
+		return nil, e.storeErr(ctx, err)
 	}
 	switch rec.Phase {
 	case PhaseReady, PhaseDeprovisioning:
@@ -331,7 +331,7 @@ func (e *Engine) lastOperation(ctx context.Context, kind Kind, id, instanceID, o
 	if errors.Is(err, ErrNotFound) || (err == nil && instanceID != "" && rec.InstanceID != instanceID) {
 		return LastOperation{}, fmt.Errorf("%w: %s %s", ErrMissing, kind, id)
 	} else if err != nil {
-		return LastOperation{}, e.storeErr(err)
+		return LastOperation{}, e.storeErr(ctx, err)
 	}
 	op, ok := rec.findOp(opID)
 	if !ok {

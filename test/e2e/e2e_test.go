@@ -61,6 +61,8 @@ type broker struct {
 	cmd                 *exec.Cmd
 	exited              chan error
 	log                 *bytes.Buffer
+	// args and env are added to every start (another driver or store).
+	args, env []string
 }
 
 func freeAddr(t *testing.T) string {
@@ -91,9 +93,11 @@ func (b *broker) start(crashAt ...string) {
 	b.log = &bytes.Buffer{}
 	b.cmd = exec.Command(binary, "serve", "--listen", b.api, "--s3-listen", b.s3Addr, "--iam-listen", b.iamAdr,
 		"--data-dir", b.dataDir, "--log-format", "text")
+	b.cmd.Args = append(b.cmd.Args, b.args...)
 	b.cmd.Env = append(os.Environ(), "BUCKETBROKER_USERNAME="+user, "BUCKETBROKER_PASSWORD="+pass,
 		"BUCKETBROKER_S3_ROOT_ACCESS_KEY="+rootAK, "BUCKETBROKER_S3_ROOT_SECRET_KEY="+rootSK,
 		crashpoint.EnvVar+"="+strings.Join(crashAt, ","))
+	b.cmd.Env = append(b.cmd.Env, b.env...)
 	b.cmd.Stdout, b.cmd.Stderr = b.log, b.log
 	if err := b.cmd.Start(); err != nil {
 		b.t.Fatal(err)
