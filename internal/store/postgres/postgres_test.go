@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -767,90 +766,5 @@ func TestServerUnavailable(t *testing.T) {
 
 func BenchmarkInsertGet(b *testing.B) {
 	dsn, _ := freshSchema(b)
-	s := open(b, dsn)
-	ctx := b.Context()
-	var ids atomic.Int64 // unique across the runs the benchmark framework makes
-	b.Run("Insert", func(b *testing.B) {
-		for b.Loop() {
-			if err := s.Insert(ctx, record(fmt.Sprintf("insert-%d", ids.Add(1)))); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	if err := s.Insert(ctx, record("get")); err != nil {
-		b.Fatal(err)
-	}
-	b.Run("InsertParallel", func(b *testing.B) {
-		b.SetParallelism(50) // many requests at once, as under a burst of provisions
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if err := s.Insert(ctx, record(fmt.Sprintf("parallel-%d", ids.Add(1)))); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	})
-	b.Run("Get", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := s.Get(ctx, engine.KindBinding, "get"); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("GetParallel", func(b *testing.B) {
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if _, err := s.Get(ctx, engine.KindBinding, "get"); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	})
-	b.Run("GetDuringInserts", func(b *testing.B) {
-		// Reads while a steady stream of writes waits for fsync; they share
-		// the pool with the writes.
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if err := s.Insert(ctx, record(fmt.Sprintf("background-%d", ids.Add(1)))); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		}
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if _, err := s.Get(ctx, engine.KindBinding, "get"); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-		b.StopTimer()
-		close(stop)
-		wg.Wait()
-	})
-	b.Run("UpdateParallel", func(b *testing.B) {
-		b.RunParallel(func(pb *testing.PB) {
-			r := record(fmt.Sprintf("update-%d", ids.Add(1)))
-			if err := s.Insert(ctx, r); err != nil {
-				b.Fatal(err)
-			}
-			for pb.Next() {
-				if err := s.Update(ctx, r); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := s.Get(ctx, r.Kind, r.ID); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	})
+	storetest.Bench(b, open(b, dsn))
 }
