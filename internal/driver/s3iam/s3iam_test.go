@@ -116,62 +116,7 @@ func closedPort(t *testing.T) string {
 }
 
 func TestObserveHealthErrors(t *testing.T) {
-	dead := closedPort(t)
-	tests := map[string]struct {
-		reason string
-		modify func(*Config)
-		// want lists the messages of the EndpointErrors, in order.
-		want []string
-	}{
-		"WrongSecret": {
-			reason: "a wrong secret must be named as rejected credentials on both endpoints",
-			modify: func(c *Config) { c.SecretAccessKey = "wrong" + rootSecret },
-			want: []string{
-				"S3 endpoint " + server.S3Endpoint() + ": credentials rejected (SignatureDoesNotMatch)",
-				"IAM endpoint " + server.IAMEndpoint() + ": credentials rejected (SignatureDoesNotMatch)",
-			},
-		},
-		"UnknownKey": {
-			reason: "an unknown key must be named as rejected credentials on both endpoints",
-			modify: func(c *Config) { c.AccessKeyID = "AKIANOBODY" + randomHex(4) },
-			want: []string{
-				"S3 endpoint " + server.S3Endpoint() + ": credentials rejected (InvalidAccessKeyId)",
-				"IAM endpoint " + server.IAMEndpoint() + ": credentials rejected (InvalidClientTokenId)",
-			},
-		},
-		"S3Unreachable": {
-			reason: "a closed S3 port must be named as refused, and IAM still checked",
-			modify: func(c *Config) { c.S3Endpoint = dead },
-			want:   []string{"S3 endpoint " + dead + ": connection refused"},
-		},
-		"IAMUnreachable": {
-			reason: "a closed IAM port must be named as refused",
-			modify: func(c *Config) { c.IAMEndpoint = dead },
-			want:   []string{"IAM endpoint " + dead + ": connection refused"},
-		},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			cfg := serverConfig()
-			tc.modify(&cfg)
-			d := newDriver(t, cfg)
-			_, err := d.Observe(context.Background(), driver.ObserveRequest{})
-			var got []string
-			for _, e := range unjoin(err) {
-				var epErr *EndpointError
-				if !errors.As(e, &epErr) {
-					t.Fatalf("%s\nObserve error %v is not an *EndpointError", tc.reason, e)
-				}
-				got = append(got, epErr.Error())
-			}
-			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
-				t.Errorf("%s\nObserve errors:\n%s\nwant:\n%s", tc.reason, strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
-			}
-			if err != nil && strings.Contains(err.Error(), rootSecret) {
-				t.Errorf("Observe error contains the secret key")
-			}
-		})
-	}
+	testHealthErrors(t, serverConfig())
 }
 
 func unjoin(err error) []error {
