@@ -76,16 +76,8 @@ func decodeUnbind(r *http.Request) (engine.UnbindRequest, error) {
 	if err != nil {
 		return engine.UnbindRequest{}, err
 	}
-	q, err := query(r)
+	serviceID, planID, async, err := deleteQuery(r)
 	if err != nil {
-		return engine.UnbindRequest{}, err
-	}
-	async, err := acceptsIncomplete(q)
-	if err != nil {
-		return engine.UnbindRequest{}, err
-	}
-	serviceID, planID := q.Get("service_id"), q.Get("plan_id")
-	if err := require(field{"service_id", serviceID}, field{"plan_id", planID}); err != nil {
 		return engine.UnbindRequest{}, err
 	}
 	return engine.UnbindRequest{

@@ -206,3 +206,20 @@ func object(name string, raw json.RawMessage) (json.RawMessage, error) {
 	}
 	return t, nil
 }
+
+// deleteQuery reads the query of a DELETE: service_id and plan_id are
+// required, accepts_incomplete optional.
+func deleteQuery(r *http.Request) (serviceID, planID string, async bool, err error) {
+	q, err := query(r)
+	if err != nil {
+		return "", "", false, err
+	}
+	if async, err = acceptsIncomplete(q); err != nil {
+		return "", "", false, err
+	}
+	serviceID, planID = q.Get("service_id"), q.Get("plan_id")
+	if err := require(field{"service_id", serviceID}, field{"plan_id", planID}); err != nil {
+		return "", "", false, err
+	}
+	return serviceID, planID, async, nil
+}

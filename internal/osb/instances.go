@@ -137,16 +137,8 @@ func decodeDeprovision(r *http.Request) (engine.DeprovisionRequest, error) {
 	if err != nil {
 		return engine.DeprovisionRequest{}, err
 	}
-	q, err := query(r)
+	serviceID, planID, async, err := deleteQuery(r)
 	if err != nil {
-		return engine.DeprovisionRequest{}, err
-	}
-	async, err := acceptsIncomplete(q)
-	if err != nil {
-		return engine.DeprovisionRequest{}, err
-	}
-	serviceID, planID := q.Get("service_id"), q.Get("plan_id")
-	if err := require(field{"service_id", serviceID}, field{"plan_id", planID}); err != nil {
 		return engine.DeprovisionRequest{}, err
 	}
 	return engine.DeprovisionRequest{
