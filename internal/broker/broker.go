@@ -296,6 +296,50 @@ func (b *Broker) startBackend(ctx context.Context, cfg *Config) (driver.Driver, 
 	return drv, engine.Endpoint{URL: public, Region: region, PathStyle: dcfg.PathStyle}, nil
 }
 
+// Backend is the storage side of a Config on its own: the driver and, for
+// the embedded driver, the in-process server it talks to. Tools that need
+// the backend without the broker (admin audit) start it with StartBackend.
+type Backend struct {
+	// Driver is the s3iam driver for the backend.
+	Driver driver.Driver
+	// S3Endpoint and IAMEndpoint are the backend's endpoints.
+	S3Endpoint, IAMEndpoint string
+	gateway                 *s3gateway.Server
+}
+
+// StartBackend starts what cfg's storage settings name (Driver, the
+// embedded server's listen addresses and data dir, or the external
+// endpoints; root keys) exactly as Start does, and checks that it answers.
+// For the embedded driver it starts the server on cfg.DataDir: a listen
+// address already in use fails with an error wrapping syscall.EADDRINUSE.
+func StartBackend(ctx context.Context, cfg Config) (_ *Backend, err error) {
+	if cfg.DataDir, err = filepath.Abs(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	b := &Broker{cfg: cfg}
+	drv, _, err := b.startBackend(ctx, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	be := &Backend{Driver: drv, S3Endpoint: b.S3Endpoint, IAMEndpoint: b.IAMEndpoint, gateway: b.gateway}
+	obsCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err = drv.Observe(obsCtx, driver.ObserveRequest{})
+	cancel()
+	if err != nil {
+		_ = be.Stop(context.Background())
+		return nil, fmt.Errorf("storage backend check failed: %w", err)
+	}
+	return be, nil
+}
+
+// Stop stops the embedded server, if there is one.
+func (b *Backend) Stop(ctx context.Context) error {
+	if b.gateway == nil {
+		return nil
+	}
+	return b.gateway.Stop(ctx)
+}
+
 func (b *Broker) ready(drv driver.Driver) func(context.Context) error {
 	return func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)

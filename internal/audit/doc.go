@@ -1,0 +1,47 @@
+// Package audit compares what a storage backend holds with what the
+// broker's store records, and removes what is provably a leak.
+//
+// # What is judged
+//
+// The backend side is the driver's inventory (driver.Auditable): every
+// bucket and user whose name starts with the broker's name prefix and that
+// carries a bucketbroker owner mark. A resource is judged only if its mark
+// is one driver.OwnerMark makes, its name derives from that mark under the
+// prefix (driver.NameMatchesMark), and the mark's kind is one this store
+// keeps (instance for buckets, binding for users). Anything else (no mark,
+// another prefix, a claim of the Kubernetes controller, whose records live
+// in the cluster) is listed as not judged and never touched.
+//
+// The store side is every record. A record is live unless its phase is
+// deleted: deprovisioned instances and unbound bindings stay as tombstones.
+// A record whose operation is in progress is not judged at all, and
+// neither are the resources carrying its mark: the engine is changing them.
+//
+// # Findings
+//
+//   - leak: a judged bucket or user whose mark is not the mark of a live
+//     record with that name (no record, or only a tombstone).
+//   - missing: a ready instance without its bucket, a ready binding
+//     without its user or without the key it handed out.
+//   - unknown-key: a key of a live binding's user other than the one the
+//     record holds.
+//
+// # Fix
+//
+// Fix removes leaks and unknown keys, through the driver, which checks the
+// owner mark again before it deletes anything: a leaked bucket with
+// DeleteBucket (only when empty, unless purge is asked for), a leaked user
+// with RevokeCredential (keys, policies, then the user), an unknown key with
+// DeleteAccessKey. Missing resources are reported, never made again: an
+// empty bucket would hide that the data is gone, and a new key is useless
+// to an application that holds the old one. The platform must deprovision
+// and provision (unbind and bind) again.
+//
+// # Races with a running broker
+//
+// The inventory is read before the store. A record is written before any
+// backend change (intent first), so every resource the inventory saw has
+// its record in the store read that follows, unless the record was
+// deleted in between. Fix reads the store again right before it acts and
+// leaves any finding whose record has since changed.
+package audit
