@@ -1,15 +1,36 @@
-// Package objectbucket will hold bucketbroker's Kubernetes door: the
-// controller that turns an ObjectBucketClaim (objectbucket.io/v1alpha1, the
-// API Rook and NooBaa users already have) into a bucket, an ObjectBucket
-// bound to the claim by UID, and a Secret and a ConfigMap named like the
-// claim. The controller is not written yet.
+// Package objectbucket is bucketbroker's Kubernetes door: the controller that
+// turns an ObjectBucketClaim (objectbucket.io/v1alpha1, the API Rook and
+// NooBaa users already have) into a bucket, a credential scoped to it, an
+// ObjectBucket bound to the claim by UID, and a Secret and a ConfigMap named
+// like the claim, with the keys lib-bucket-provisioner wrote.
 //
-// For now the package holds the envtest suite that every part of it will run
-// against: a real kube-apiserver and etcd, built by hack/envtest-assets.sh,
-// with the CRDs generated from api/objectbucket/v1alpha1 into
-// config/crd/bases. It shows that the claims and buckets Rook, NooBaa and
-// lib-bucket-provisioner wrote are accepted unchanged, and it reproduces the
-// pruning of spec.objectBucketName by a CRD that lacks the field (rook#6650),
-// the failure that made lib-bucket-provisioner provision the same claim again
-// and again; the controller must not be fooled by it.
+// The reconciler is level-based. Each pass reads the claim, makes sure it
+// carries the finalizer, the provisioner and the chosen bucket name (one
+// write, before anything exists elsewhere), then runs small phases that each
+// make one thing so: the ObjectBucket (the durable record: bucket and user
+// names, owner mark, reclaim policy, whether the bucket is the claim's), the
+// bucket, the credential and its Secret, the ConfigMap, and the binding. One
+// deferred status patch writes phase and the Ready and Provisioned
+// conditions.
+//
+// Everything is named from the claim's UID: the ObjectBucket (obc-<uid>,
+// found again even when a CRD prunes spec.objectBucketName), the backend
+// user and the owner mark (pkg/driver). A generated bucket name is a
+// function of the UID too, and is recorded on the claim before the bucket is
+// created. The Secret is the record of the access key: its
+// AWS_ACCESS_KEY_ID is the key EnsureCredential keeps, so a key whose Secret
+// was never written (a crash) is deleted on the next pass. A Secret or
+// ConfigMap of the same name that is not controlled by the claim is never
+// written; the claim goes Failed instead.
+//
+// Deletion works from the ObjectBucket alone, so a missing StorageClass
+// never blocks it: revoke the credential, delete the bucket if it is the
+// claim's and the recorded policy is Delete (a missing bucket is success; a
+// bucket with another owner mark, such as one that existed before a failed
+// provision, is left alone), delete the Secret, the ConfigMap and the
+// ObjectBucket, and drop the claim's finalizer only once a Get says each is
+// gone.
+//
+// The tests run against envtest (a real kube-apiserver and etcd built by
+// hack/envtest-assets.sh) and the embedded S3 server, one per test process.
 package objectbucket

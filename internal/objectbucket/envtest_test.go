@@ -35,11 +35,19 @@ import (
 var (
 	k8s          client.Client
 	startupTook  time.Duration
-	repoRoot     = filepath.Join("..", "..")
+	repoRoot     = mustAbs(filepath.Join("..", "..")) // the embedded S3 server changes the working directory
 	crdBases     = filepath.Join(repoRoot, "config", "crd", "bases")
 	pruningCRD   = filepath.Join(repoRoot, "config", "crd", "test", "pruning", "objectbucket.io_objectbucketclaims.yaml")
 	claimCRDPath = filepath.Join(crdBases, "objectbucket.io_objectbucketclaims.yaml")
 )
+
+func mustAbs(p string) string {
+	a, err := filepath.Abs(p)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -88,6 +96,15 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "create client: %v\n", err)
 		return 1
 	}
+	restConfig, testScheme = cfg, scheme
+	// One embedded S3 + IAM server for the whole process (versitygw allows
+	// one): controller tests check real credentials against it.
+	stop, err := startBackend()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "start embedded S3 server: %v\n", err)
+		return 1
+	}
+	defer stop()
 	return m.Run()
 }
 

@@ -1,0 +1,117 @@
+package objectbucket
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+func TestClaimBoundAndDeleted(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	run := startController(t, runOptions{provisioner: newProvisioner()})
+	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
+	other := "other-" + randomHex(6)
+	createRawBucket(ctx, t, other)
+
+	obc := newClaim(ns, "photos", class, func(s *obv1.ObjectBucketClaimSpec) {
+		s.AdditionalConfig = map[string]string{"maxObjects": "1000"}
+	})
+	create(ctx, t, obc)
+	got := waitPhase(ctx, t, obc, obv1.PhaseBound)
+	b := readBinding(ctx, t, obc)
+
+	for _, typ := range []string{obv1.ConditionReady, ConditionProvisioned} {
+		c := meta.FindStatusCondition(got.Status.Conditions, typ)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonBound || c.ObservedGeneration != got.Generation {
+			t.Errorf("condition %s = %+v, want True/Bound at generation %d", typ, c, got.Generation)
+		}
+	}
+	if got.Spec.ObjectBucketName != ObjectBucketName(got.UID) {
+		t.Errorf("spec.objectBucketName = %q, want %q", got.Spec.ObjectBucketName, ObjectBucketName(got.UID))
+	}
+	wantBucket := generatedBucketName("photos", got.UID)
+	if got.Annotations[AnnotationBucketName] != wantBucket {
+		t.Errorf("bucket name annotation = %q, want %q", got.Annotations[AnnotationBucketName], wantBucket)
+	}
+	wantCM := map[string]string{
+		KeyBucketHost: "s3.test", KeyBucketName: wantBucket, KeyBucketPort: "9000",
+		KeyBucketRegion: "us-east-1", KeyBucketSubRegion: "",
+	}
+	if diff := cmp.Diff(wantCM, b.cm.Data); diff != "" {
+		t.Errorf("config map data (-want +got):\n%s", diff)
+	}
+	if len(b.secret.Data[KeyAccessKeyID]) == 0 || len(b.secret.Data[KeySecretAccessKey]) == 0 || len(b.secret.Data) != 2 {
+		t.Errorf("secret keys = %v, want exactly %s and %s", keys(b.secret.Data), KeyAccessKeyID, KeySecretAccessKey)
+	}
+	for _, obj := range []client.Object{b.secret, b.cm} {
+		if !metav1.IsControlledBy(obj, got) {
+			t.Errorf("%T has no controller reference to the claim", obj)
+		}
+		if obj.GetLabels()[LabelProvisioner] != LabelValue(run.provisioner) {
+			t.Errorf("%T labels = %v", obj, obj.GetLabels())
+		}
+		if !contains(obj.GetFinalizers(), Finalizer) {
+			t.Errorf("%T finalizers = %v, want %s", obj, obj.GetFinalizers(), Finalizer)
+		}
+	}
+	wantOB := obv1.ObjectBucketSpec{
+		StorageClassName: class, ReclaimPolicy: obv1.ReclaimDelete,
+		ClaimRef: &obv1.ClaimReference{APIVersion: "objectbucket.io/v1alpha1", Kind: "ObjectBucketClaim", Namespace: ns, Name: "photos", UID: got.UID},
+		Endpoint: &obv1.Endpoint{BucketHost: "s3.test", BucketPort: 9000, BucketName: wantBucket, Region: "us-east-1",
+			AdditionalConfig: map[string]string{"maxObjects": "1000"}},
+		AdditionalState: map[string]string{
+			stateUser: driver.UserName(testPrefix, claimKind, string(got.UID)), stateOwner: driver.OwnerMark(claimKind, string(got.UID)),
+			stateBucketOwned: "true", stateAdoptUnmarked: "false",
+		},
+	}
+	if diff := cmp.Diff(wantOB, b.ob.Spec); diff != "" {
+		t.Errorf("object bucket spec (-want +got):\n%s", diff)
+	}
+	if b.ob.Status.Phase != obv1.PhaseBound {
+		t.Errorf("object bucket phase = %q, want Bound", b.ob.Status.Phase)
+	}
+	checkCredentials(ctx, t, b, other)
+
+	deleteObj(ctx, t, obc)
+	waitGone(ctx, t, obc)
+	for _, obj := range []client.Object{b.secret, b.cm, b.ob} {
+		waitGone(ctx, t, obj)
+	}
+	if bucketExists(ctx, t, wantBucket) {
+		t.Errorf("bucket %s still exists after the claim (policy Delete) was deleted", wantBucket)
+	}
+	if k := keysOf(ctx, t, string(got.UID)); len(k) != 0 {
+		t.Errorf("user still has keys %v after the claim was deleted", k)
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+var _ = fmt.Sprintf
+var _ context.Context

@@ -1,0 +1,144 @@
+package objectbucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+// reconcileDelete undoes a claim from its ObjectBucket alone: the
+// StorageClass may be gone, and a provisioning pass that was retrying is
+// simply never run again. The ObjectBucket's finalizer says the backend is
+// not cleaned yet.
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (reconcile.Result, error) {
+	c := s.claim
+	if !controllerutil.ContainsFinalizer(c, Finalizer) {
+		s.stopped = true
+		return reconcile.Result{}, nil
+	}
+	s.phase, s.reason, s.message = obv1.PhaseReleased, ReasonDeleting, "revoking access and deleting the bucket per reclaim policy"
+
+	ob := &obv1.ObjectBucket{}
+	err := r.reader.Get(ctx, types.NamespacedName{Name: ObjectBucketName(c.UID)}, ob)
+	switch {
+	case apierrors.IsNotFound(err):
+		ob = nil
+	case err != nil:
+		return reconcile.Result{}, fmt.Errorf("get object bucket: %w", err)
+	case ob.Spec.ClaimRef == nil || ob.Spec.ClaimRef.UID != c.UID:
+		ob = nil // not this claim's: never touched
+	}
+	if ob != nil && controllerutil.ContainsFinalizer(ob, Finalizer) {
+		if err := r.cleanBackend(ctx, s, planOf(ob)); err != nil {
+			if s.stopped {
+				return reconcile.Result{}, err
+			}
+			s.reason, s.message = ReasonDeletionBlocked, err.Error()
+			return reconcile.Result{}, err
+		}
+	}
+
+	// The Secret, the ConfigMap and the ObjectBucket, each only if ours;
+	// then wait until a Get says each is gone.
+	objs := []client.Object{
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name}},
+	}
+	if ob != nil {
+		objs = append(objs, ob)
+	}
+	allGone := true
+	for _, obj := range objs {
+		gone, err := r.deleteOwned(ctx, s, obj)
+		if err != nil {
+			return r.quiet(ctx, err)
+		}
+		allGone = allGone && gone
+	}
+	if err := r.hit(s, "objects-deleted"); err != nil {
+		return reconcile.Result{}, err
+	}
+	if !allGone {
+		return reconcile.Result{RequeueAfter: goneRetry}, nil
+	}
+
+	base := c.DeepCopy()
+	controllerutil.RemoveFinalizer(c, Finalizer)
+	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
+		return r.quiet(ctx, fmt.Errorf("remove claim finalizer: %w", err))
+	}
+	s.stopped = true // the claim is gone: no status to write
+	logf.FromContext(ctx).Info("Claim deleted")
+	return reconcile.Result{}, nil
+}
+
+// cleanBackend revokes the claim's credential and deletes its bucket when
+// the recorded policy says so and the bucket is the claim's. A missing user
+// or bucket is success; one that is not ours is left alone.
+func (r *Reconciler) cleanBackend(ctx context.Context, s *scope, p plan) error {
+	if p.user != "" && p.owner != "" {
+		bctx, cancel := backendCtx(ctx)
+		err := r.driver.RevokeCredential(bctx, p.user, p.owner)
+		cancel()
+		switch {
+		case errors.Is(err, driver.ErrOwnedByOther):
+			r.event(s, nil, corev1.EventTypeWarning, "UserNotOurs", "Delete", "Backend user %s is not this claim's; left in place", p.user)
+		case err != nil:
+			return fmt.Errorf("revoke credential: %w", err)
+		}
+		if err := r.hit(s, "credential-revoked"); err != nil {
+			return err
+		}
+	}
+	if !p.owned || p.reclaim == obv1.ReclaimRetain || p.bucket == "" {
+		return nil
+	}
+	bctx, cancel := backendCtx(ctx)
+	err := r.driver.DeleteBucket(bctx, p.bucket, p.owner, true)
+	cancel()
+	switch {
+	case errors.Is(err, driver.ErrOwnedByOther):
+		// A bucket that existed before the claim (a failed provision of
+		// a taken name): never deleted.
+		r.event(s, nil, corev1.EventTypeWarning, "BucketNotOurs", "Delete", "Bucket %s is not this claim's; left in place", p.bucket)
+	case err != nil:
+		return fmt.Errorf("delete bucket %q: %w", p.bucket, err)
+	}
+	return r.hit(s, "bucket-deleted")
+}
+
+// deleteOwned deletes obj if it is this claim's (or, for the ObjectBucket,
+// bound to it), dropping our finalizer, and reports whether a Get says it
+// is gone.
+func (r *Reconciler) deleteOwned(ctx context.Context, s *scope, obj client.Object) (bool, error) {
+	if _, isOB := obj.(*obv1.ObjectBucket); !isOB {
+		err := r.reader.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("get %s: %w", client.ObjectKeyFromObject(obj), err)
+		}
+		if !metav1.IsControlledBy(obj, s.claim) {
+			return true, nil // a user's object: not ours to delete
+		}
+	}
+	if obj.GetDeletionTimestamp().IsZero() {
+		if err := r.client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("delete %s: %w", client.ObjectKeyFromObject(obj), err)
+		}
+	}
+	return r.release(ctx, obj)
+}

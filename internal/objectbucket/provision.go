@@ -1,0 +1,479 @@
+package objectbucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+type phaseFunc func(context.Context, *scope) (reconcile.Result, error)
+
+// reconcileNormal drives a live claim to Bound. Every phase re-derives what
+// it needs from what exists; a phase that cannot finish ends the pass.
+func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (reconcile.Result, error) {
+	for _, phase := range []phaseFunc{
+		r.plan, r.ensureClaimMeta, r.ensureObjectBucket, r.ensureBucket,
+		r.ensureSecret, r.ensureConfigMap, r.bind,
+	} {
+		res, err := phase(ctx, s)
+		if err != nil {
+			if s.stopped {
+				return reconcile.Result{}, err
+			}
+			return r.quiet(ctx, err)
+		}
+		if !res.IsZero() || s.phase == obv1.PhaseFailed || s.stopped {
+			return res, nil
+		}
+	}
+	return reconcile.Result{}, nil
+}
+
+// plan finds the claim's ObjectBucket (by its UID-derived name, so a pruned
+// spec.objectBucketName changes nothing) and takes the names from it, or
+// derives them for a claim not provisioned yet.
+func (r *Reconciler) plan(ctx context.Context, s *scope) (reconcile.Result, error) {
+	ob := &obv1.ObjectBucket{}
+	err := r.client.Get(ctx, types.NamespacedName{Name: ObjectBucketName(s.claim.UID)}, ob)
+	switch {
+	case apierrors.IsNotFound(err):
+		ob = nil
+	case err != nil:
+		return reconcile.Result{}, fmt.Errorf("get object bucket: %w", err)
+	}
+	if ob != nil {
+		if ob.Spec.ClaimRef == nil || ob.Spec.ClaimRef.UID != s.claim.UID {
+			s.fail(ReasonObjectConflict, fmt.Sprintf("ObjectBucket %s exists and is bound to another claim", ob.Name))
+			return reconcile.Result{}, nil
+		}
+		s.ob, s.plan = ob, planOf(ob)
+		return reconcile.Result{}, nil
+	}
+	if s.class == nil {
+		s.reason, s.message = ReasonInvalid, fmt.Sprintf("StorageClass %q not found", s.claim.Spec.StorageClassName)
+		return reconcile.Result{RequeueAfter: foreignRetry}, nil
+	}
+	s.plan = r.derivePlan(s)
+	return reconcile.Result{}, nil
+}
+
+// derivePlan chooses the names of a claim not provisioned yet.
+func (r *Reconciler) derivePlan(s *scope) plan {
+	c, uid := s.claim, string(s.claim.UID)
+	p := plan{
+		user:    driver.UserName(r.opts.Prefix, claimKind, uid),
+		owner:   driver.OwnerMark(claimKind, uid),
+		owned:   true,
+		reclaim: obv1.ReclaimDelete,
+	}
+	if rp := s.class.ReclaimPolicy; rp != nil && *rp == corev1.PersistentVolumeReclaimRetain {
+		p.reclaim = obv1.ReclaimRetain
+	}
+	p.adoptUnmarked = writtenByOldProvisioner(c)
+	switch {
+	case s.class.Parameters[ParameterBucketName] != "":
+		// Brownfield: access to an existing bucket that is not ours.
+		p.bucket, p.owned, p.reclaim, p.adoptUnmarked = s.class.Parameters[ParameterBucketName], false, obv1.ReclaimRetain, false
+	case c.Annotations[AnnotationBucketName] != "":
+		p.bucket = c.Annotations[AnnotationBucketName]
+	case c.Spec.BucketName != "":
+		p.bucket = c.Spec.BucketName
+	case c.Spec.GenerateBucketName != "":
+		p.bucket = generatedBucketName(c.Spec.GenerateBucketName, c.UID)
+	default:
+		p.bucket = driver.BucketName(r.opts.Prefix, claimKind, uid)
+	}
+	return p
+}
+
+// writtenByOldProvisioner reports a claim whose bucketName was filled in by
+// an earlier provisioner from its generateBucketName (lib-bucket-provisioner
+// did so): its bucket was generated for this claim, so it is adopted even
+// without our owner mark, rather than refused as someone else's exact name.
+func writtenByOldProvisioner(c *obv1.ObjectBucketClaim) bool {
+	s := c.Spec
+	if s.GenerateBucketName == "" || s.BucketName == "" || !strings.HasPrefix(s.BucketName, s.GenerateBucketName) {
+		return false
+	}
+	return s.ObjectBucketName != "" || c.Status.Phase != "" || controllerutil.ContainsFinalizer(c, Finalizer)
+}
+
+func planOf(ob *obv1.ObjectBucket) plan {
+	p := plan{reclaim: ob.Spec.ReclaimPolicy}
+	if ob.Spec.Endpoint != nil {
+		p.bucket = ob.Spec.Endpoint.BucketName
+	}
+	st := ob.Spec.AdditionalState
+	p.user, p.owner = st[stateUser], st[stateOwner]
+	p.owned = st[stateBucketOwned] == "true"
+	p.adoptUnmarked = st[stateAdoptUnmarked] == "true"
+	return p
+}
+
+// ensureClaimMeta puts the finalizer, the provisioner and the chosen bucket
+// name on the claim in one write, before anything exists elsewhere: the
+// bucket name is then fixed for every retry.
+func (r *Reconciler) ensureClaimMeta(ctx context.Context, s *scope) (reconcile.Result, error) {
+	c := s.claim
+	if controllerutil.ContainsFinalizer(c, Finalizer) &&
+		c.Annotations[AnnotationProvisioner] == r.opts.ProvisionerName &&
+		c.Annotations[AnnotationBucketName] == s.plan.bucket {
+		return reconcile.Result{}, nil
+	}
+	base := c.DeepCopy()
+	controllerutil.AddFinalizer(c, Finalizer)
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[AnnotationProvisioner] = r.opts.ProvisionerName
+	c.Annotations[AnnotationBucketName] = s.plan.bucket
+	// A CRD that prunes this field drops it; nothing depends on it.
+	c.Spec.ObjectBucketName = ObjectBucketName(c.UID)
+	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return reconcile.Result{}, fmt.Errorf("patch claim: %w", err)
+	}
+	s.base = c.DeepCopy()
+	return reconcile.Result{}, r.hit(s, "claim-patched")
+}
+
+// ensureObjectBucket writes the ObjectBucket, the durable record of the
+// claim's names, owner mark and reclaim policy, before any backend call.
+func (r *Reconciler) ensureObjectBucket(ctx context.Context, s *scope) (reconcile.Result, error) {
+	if s.ob != nil {
+		return reconcile.Result{}, nil
+	}
+	c, p := s.claim, s.plan
+	ob := &obv1.ObjectBucket{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:       ObjectBucketName(c.UID),
+			Labels:     map[string]string{LabelProvisioner: r.label},
+			Finalizers: []string{Finalizer},
+		},
+		Spec: obv1.ObjectBucketSpec{
+			StorageClassName: c.Spec.StorageClassName,
+			ReclaimPolicy:    p.reclaim,
+			ClaimRef: &obv1.ClaimReference{
+				APIVersion: obv1.GroupVersion.String(), Kind: obv1.ObjectBucketClaimKind,
+				Namespace: c.Namespace, Name: c.Name, UID: c.UID,
+			},
+			Endpoint: &obv1.Endpoint{
+				BucketHost: r.opts.BucketHost, BucketPort: r.opts.BucketPort, BucketName: p.bucket,
+				Region: r.opts.Region, SubRegion: r.opts.SubRegion, AdditionalConfig: c.Spec.AdditionalConfig,
+			},
+			AdditionalState: map[string]string{
+				stateUser: p.user, stateOwner: p.owner,
+				stateBucketOwned: strconv.FormatBool(p.owned), stateAdoptUnmarked: strconv.FormatBool(p.adoptUnmarked),
+			},
+		},
+	}
+	if err := r.client.Create(ctx, ob); err != nil {
+		return reconcile.Result{}, fmt.Errorf("create object bucket: %w", err)
+	}
+	s.ob = ob
+	return reconcile.Result{}, r.hit(s, "objectbucket-created")
+}
+
+func bound(ob *obv1.ObjectBucket) bool { return ob != nil && ob.Status.Phase == obv1.PhaseBound }
+
+// ensureBucket creates (or adopts) the claim's bucket, or checks that a
+// brownfield bucket exists. A bound claim makes no backend call.
+func (r *Reconciler) ensureBucket(ctx context.Context, s *scope) (reconcile.Result, error) {
+	if bound(s.ob) {
+		return reconcile.Result{}, nil
+	}
+	p := s.plan
+	bctx, cancel := backendCtx(ctx)
+	defer cancel()
+	if !p.owned {
+		obs, err := r.driver.Observe(bctx, driver.ObserveRequest{Bucket: p.bucket})
+		if err != nil {
+			return reconcile.Result{}, fmt.Errorf("observe bucket %q: %w", p.bucket, err)
+		}
+		if !obs.BucketExists {
+			s.fail(ReasonBucketMissing, fmt.Sprintf("bucket %q named by StorageClass %q does not exist", p.bucket, s.claim.Spec.StorageClassName))
+			return reconcile.Result{RequeueAfter: foreignRetry}, nil
+		}
+		return reconcile.Result{}, nil
+	}
+	err := r.driver.EnsureBucket(bctx, driver.BucketSpec{Name: p.bucket, Owner: p.owner, AdoptUnmarked: p.adoptUnmarked})
+	switch {
+	case errors.Is(err, driver.ErrOwnedByOther):
+		s.fail(ReasonBucketConflict, fmt.Sprintf("bucket %q exists and is not this claim's", p.bucket))
+		r.event(s, nil, corev1.EventTypeWarning, ReasonBucketConflict, "Provision", "Bucket %s exists and is not this claim's", p.bucket)
+		return reconcile.Result{}, nil
+	case driver.Permanent(err):
+		s.fail(ReasonInvalid, err.Error())
+		return reconcile.Result{}, nil
+	case err != nil:
+		return reconcile.Result{}, fmt.Errorf("ensure bucket %q: %w", p.bucket, err)
+	}
+	return reconcile.Result{}, r.hit(s, "bucket-created")
+}
+
+// ownership of a Secret or ConfigMap named like the claim.
+type ownership int
+
+const (
+	absent ownership = iota
+	ours
+	foreign
+	terminating // ours, being deleted while the claim lives (drift)
+)
+
+// lookup reads the object named like the claim: from the label-selected
+// cache, and from the API server when the cache has none, because a user's
+// object without our label is invisible to the cache and must be found
+// before a key is made for a Secret that cannot be written.
+func (r *Reconciler) lookup(ctx context.Context, s *scope, obj client.Object) (ownership, error) {
+	key := client.ObjectKeyFromObject(s.claim)
+	err := r.client.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) {
+		err = r.reader.Get(ctx, key, obj)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return absent, nil
+	case err != nil:
+		return absent, fmt.Errorf("get %s: %w", key, err)
+	case !metav1.IsControlledBy(obj, s.claim):
+		return foreign, nil
+	case !obj.GetDeletionTimestamp().IsZero():
+		return terminating, nil
+	}
+	return ours, nil
+}
+
+// stamp makes obj one of the claim's: label, controller reference, finalizer.
+func (r *Reconciler) stamp(s *scope, obj client.Object) {
+	obj.SetName(s.claim.Name)
+	obj.SetNamespace(s.claim.Namespace)
+	l := obj.GetLabels()
+	if l == nil {
+		l = map[string]string{}
+	}
+	l[LabelProvisioner] = r.label
+	obj.SetLabels(l)
+	controllerutil.AddFinalizer(obj, Finalizer)
+	blockOwnerDeletion := true
+	isController := true
+	ref := metav1.OwnerReference{
+		APIVersion: obv1.GroupVersion.String(), Kind: obv1.ObjectBucketClaimKind,
+		Name: s.claim.Name, UID: s.claim.UID, Controller: &isController, BlockOwnerDeletion: &blockOwnerDeletion,
+	}
+	refs := obj.GetOwnerReferences()
+	for i := range refs {
+		if refs[i].UID == s.claim.UID {
+			refs[i] = ref
+			obj.SetOwnerReferences(refs)
+			return
+		}
+	}
+	obj.SetOwnerReferences(append(refs, ref))
+}
+
+// stamped reports whether obj already carries everything stamp adds.
+func (r *Reconciler) stamped(obj client.Object) bool {
+	return obj.GetLabels()[LabelProvisioner] == r.label && controllerutil.ContainsFinalizer(obj, Finalizer)
+}
+
+// release lets a terminating object of ours go (drops our finalizer) and
+// waits until a Get says it is gone, so that it can be created again.
+func (r *Reconciler) release(ctx context.Context, obj client.Object) (gone bool, err error) {
+	if controllerutil.ContainsFinalizer(obj, Finalizer) {
+		base := obj.DeepCopyObject().(client.Object)
+		controllerutil.RemoveFinalizer(obj, Finalizer)
+		if err := r.client.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("remove finalizer of %s: %w", client.ObjectKeyFromObject(obj), err)
+		}
+	}
+	return r.gone(ctx, obj)
+}
+
+// gone asks the API server (not the cache) whether obj is gone.
+func (r *Reconciler) gone(ctx context.Context, obj client.Object) (bool, error) {
+	probe := obj.DeepCopyObject().(client.Object)
+	err := r.reader.Get(ctx, client.ObjectKeyFromObject(obj), probe)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("get %s: %w", client.ObjectKeyFromObject(obj), err)
+	}
+	return false, nil
+}
+
+// ensureSecret makes the claim's credential and its Secret. The Secret is
+// the record of the key: its AWS_ACCESS_KEY_ID is the key EnsureCredential
+// keeps, and any other key of the user (one made by a pass that crashed
+// before writing the Secret) is deleted.
+func (r *Reconciler) ensureSecret(ctx context.Context, s *scope) (reconcile.Result, error) {
+	sec := &corev1.Secret{}
+	own, err := r.lookup(ctx, s, sec)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	switch own {
+	case foreign:
+		s.fail(ReasonSecretConflict, fmt.Sprintf("Secret %s exists and is not owned by this claim; it was left untouched", s.claim.Name))
+		r.event(s, nil, corev1.EventTypeWarning, ReasonSecretConflict, "Provision", "Secret %s exists and is not owned by this claim", s.claim.Name)
+		return reconcile.Result{RequeueAfter: foreignRetry}, nil
+	case terminating:
+		// Deleted by someone while the claim lives: recreate it with the
+		// same keys, which only this object still holds.
+		keep := sec.Data
+		gone, err := r.release(ctx, sec)
+		if err != nil || !gone {
+			return reconcile.Result{RequeueAfter: goneRetry}, err
+		}
+		sec = &corev1.Secret{Type: corev1.SecretTypeOpaque, Data: keep}
+		r.stamp(s, sec)
+		if err := r.client.Create(ctx, sec); err != nil {
+			return reconcile.Result{}, fmt.Errorf("recreate secret: %w", err)
+		}
+		r.event(s, sec, corev1.EventTypeNormal, "Recreated", "Repair", "Secret %s was deleted and is recreated", sec.Name)
+		return reconcile.Result{}, r.hit(s, "secret-written")
+	}
+
+	keyID := ""
+	if own == ours {
+		keyID = string(sec.Data[KeyAccessKeyID])
+		if bound(s.ob) && keyID != "" && len(sec.Data[KeySecretAccessKey]) > 0 && r.stamped(sec) {
+			return reconcile.Result{}, nil
+		}
+	}
+	p := s.plan
+	bctx, cancel := backendCtx(ctx)
+	cred, err := r.driver.EnsureCredential(bctx, driver.CredentialSpec{
+		UserName: p.user, Owner: p.owner, Bucket: p.bucket, Access: driver.AccessReadWrite, KeepKeyID: keyID,
+	})
+	cancel()
+	switch {
+	case errors.Is(err, driver.ErrOwnedByOther):
+		s.fail(ReasonBackendError, err.Error())
+		return reconcile.Result{}, nil
+	case err != nil:
+		return reconcile.Result{}, fmt.Errorf("ensure credential: %w", err)
+	}
+	if cred.SecretAccessKey == "" && own == ours && r.stamped(sec) {
+		return reconcile.Result{}, nil // the recorded key is live
+	}
+	if cred.SecretAccessKey != "" {
+		if err := r.hit(s, "key-created"); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	data := map[string][]byte{KeyAccessKeyID: []byte(cred.AccessKeyID), KeySecretAccessKey: []byte(cred.SecretAccessKey)}
+	if cred.SecretAccessKey == "" {
+		data = sec.Data
+	}
+	if own == absent {
+		sec = &corev1.Secret{Type: corev1.SecretTypeOpaque, Data: data}
+		r.stamp(s, sec)
+		err = r.client.Create(ctx, sec)
+	} else {
+		sec.Data = data
+		r.stamp(s, sec)
+		err = r.client.Update(ctx, sec)
+	}
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("write secret: %w", err)
+	}
+	return reconcile.Result{}, r.hit(s, "secret-written")
+}
+
+// configMapData is what applications read to reach the bucket.
+func (r *Reconciler) configMapData(s *scope) map[string]string {
+	port := ""
+	if r.opts.BucketPort != 0 {
+		port = strconv.Itoa(int(r.opts.BucketPort))
+	}
+	return map[string]string{
+		KeyBucketHost: r.opts.BucketHost, KeyBucketName: s.plan.bucket, KeyBucketPort: port,
+		KeyBucketRegion: r.opts.Region, KeyBucketSubRegion: r.opts.SubRegion,
+	}
+}
+
+func (r *Reconciler) ensureConfigMap(ctx context.Context, s *scope) (reconcile.Result, error) {
+	cm := &corev1.ConfigMap{}
+	own, err := r.lookup(ctx, s, cm)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	want := r.configMapData(s)
+	switch own {
+	case foreign:
+		s.fail(ReasonSecretConflict, fmt.Sprintf("ConfigMap %s exists and is not owned by this claim; it was left untouched", s.claim.Name))
+		r.event(s, nil, corev1.EventTypeWarning, ReasonSecretConflict, "Provision", "ConfigMap %s exists and is not owned by this claim", s.claim.Name)
+		return reconcile.Result{RequeueAfter: foreignRetry}, nil
+	case terminating:
+		gone, err := r.release(ctx, cm)
+		if err != nil || !gone {
+			return reconcile.Result{RequeueAfter: goneRetry}, err
+		}
+		own = absent
+	case ours:
+		if r.stamped(cm) && mapsEqual(cm.Data, want) {
+			return reconcile.Result{}, nil
+		}
+	}
+	if own == absent {
+		cm = &corev1.ConfigMap{Data: want}
+		r.stamp(s, cm)
+		err = r.client.Create(ctx, cm)
+	} else {
+		cm.Data = want
+		r.stamp(s, cm)
+		err = r.client.Update(ctx, cm)
+	}
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("write config map: %w", err)
+	}
+	return reconcile.Result{}, r.hit(s, "configmap-written")
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// bind marks the ObjectBucket and the claim Bound.
+func (r *Reconciler) bind(ctx context.Context, s *scope) (reconcile.Result, error) {
+	if !bound(s.ob) {
+		base := s.ob.DeepCopy()
+		s.ob.Status.Phase = obv1.PhaseBound
+		s.ob.Status.ObservedGeneration = s.ob.Generation
+		if err := r.client.Status().Patch(ctx, s.ob, client.MergeFrom(base)); err != nil {
+			return reconcile.Result{}, fmt.Errorf("patch object bucket status: %w", err)
+		}
+		if err := r.hit(s, "objectbucket-bound"); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	s.phase, s.reason, s.message = obv1.PhaseBound, ReasonBound, fmt.Sprintf("bucket %s is bound", s.plan.bucket)
+	if s.base.Status.Phase != obv1.PhaseBound {
+		logf.FromContext(ctx).Info("Claim bound", "bucket", s.plan.bucket, "objectBucket", s.ob.Name)
+		r.event(s, s.ob, corev1.EventTypeNormal, ReasonBound, "Provision", "Bucket %s is bound", s.plan.bucket)
+	}
+	return reconcile.Result{}, nil
+}
