@@ -74,8 +74,14 @@ type Engine struct {
 	log      *slog.Logger
 	metrics  *metrics
 
-	base    context.Context
-	stop    context.CancelFunc
+	// base ends when the engine stops: workers stop at their next step
+	// boundary. calls ends only when Shutdown's deadline passes: a backend
+	// call in flight is let finish, because a call cancelled on our side
+	// may still be carried out by the server after we moved on.
+	base        context.Context
+	stop        context.CancelFunc
+	calls       context.Context
+	cancelCalls context.CancelFunc
 	mu      sync.Mutex
 	workers map[string]*worker
 	changed map[string]chan struct{}
@@ -84,7 +90,10 @@ type Engine struct {
 
 // worker is the one goroutine driving a record's operations in this process.
 type worker struct {
-	cancel context.CancelFunc
+	// halt is closed to make the worker stop at its next step boundary
+	// (its operation was superseded); it is never closed twice.
+	halt   chan struct{}
+	halted bool
 	again  bool
 }
 
@@ -122,12 +131,13 @@ func New(opts Options) (*Engine, error) {
 		return nil, err
 	}
 	base, stop := context.WithCancel(context.Background())
+	calls, cancelCalls := context.WithCancel(context.Background())
 	return &Engine{
 		store: opts.Store, driver: opts.Driver, catalog: opts.Catalog, box: opts.Box,
 		endpoint: opts.Endpoint, prefix: opts.Prefix, asyncTTL: opts.AsyncTimeout,
 		syncTTL: opts.SyncTimeout, log: opts.Logger, metrics: m,
 		replica: opts.ReplicaID, leaseTTL: opts.LeaseTTL, sweepInt: opts.SweepInterval,
-		base: base, stop: stop, workers: map[string]*worker{}, changed: map[string]chan struct{}{},
+		base: base, stop: stop, calls: calls, cancelCalls: cancelCalls, workers: map[string]*worker{}, changed: map[string]chan struct{}{},
 	}, nil
 }
 
@@ -179,17 +189,20 @@ func (e *Engine) sweep(ctx context.Context) error {
 	return nil
 }
 
-// Shutdown stops the workers and waits for them, at most until ctx ends.
-// Unfinished operations stay in progress in the store; the next Start
-// resumes them.
+// Shutdown stops the workers at their next step boundary and waits for
+// them; backend calls in flight are let finish until ctx ends, then
+// cancelled. Unfinished operations stay in progress in the store; the next
+// Start resumes them.
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.stop()
 	done := make(chan struct{})
 	go func() { e.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		e.cancelCalls()
 		return nil
 	case <-ctx.Done():
+		e.cancelCalls()
 		return fmt.Errorf("wait for operations to stop: %w", ctx.Err())
 	}
 }
@@ -215,31 +228,55 @@ func (e *Engine) kick(kind Kind, id string) {
 	go e.work(kind, id, w)
 }
 
-// interrupt cancels what the record's worker is doing now, so that it turns
-// to the record's new operation at once.
+// interrupt makes the record's worker turn to the record's new operation:
+// it stops at its next step boundary (a backend call in flight finishes
+// first, so that nothing it does lands after the new operation's steps).
 func (e *Engine) interrupt(kind Kind, id string) {
 	e.mu.Lock()
 	if w, ok := e.workers[key(kind, id)]; ok {
 		w.again = true
-		if w.cancel != nil {
-			w.cancel()
+		if !w.halted {
+			w.halted = true
+			close(w.halt)
 		}
 	}
 	e.mu.Unlock()
 	e.kick(kind, id)
 }
 
+// haltKey carries a worker's halt channel in its context.
+type haltKey struct{}
+
+// errHalted stops an operation's worker between two steps; the operation
+// stays as it is for whoever drives it next.
+var errHalted = errors.New("worker halted")
+
+// halted reports whether the worker running with ctx must stop: its
+// operation was superseded or the engine is stopping.
+func (e *Engine) halted(ctx context.Context) bool {
+	if e.base.Err() != nil || ctx.Err() != nil {
+		return true
+	}
+	if h, ok := ctx.Value(haltKey{}).(chan struct{}); ok {
+		select {
+		case <-h:
+			return true
+		default:
+		}
+	}
+	return false
+}
+
 func (e *Engine) work(kind Kind, id string, w *worker) {
 	defer e.wg.Done()
 	k := key(kind, id)
 	for {
-		ctx, cancel := context.WithCancel(e.base)
 		e.mu.Lock()
-		w.cancel, w.again = cancel, false
+		w.halt, w.halted, w.again = make(chan struct{}), false, false
+		ctx := context.WithValue(e.calls, haltKey{}, w.halt)
 		e.mu.Unlock()
 
 		e.drive(ctx, kind, id)
-		cancel()
 
 		e.mu.Lock()
 		if !w.again || e.base.Err() != nil {
@@ -254,12 +291,12 @@ func (e *Engine) work(kind Kind, id string, w *worker) {
 // drive runs the record's operations until one is finished, the worker is
 // interrupted or the engine stops.
 func (e *Engine) drive(ctx context.Context, kind Kind, id string) {
-	for ctx.Err() == nil {
+	for !e.halted(ctx) {
 		rec, err := e.store.Get(ctx, kind, id)
 		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, ErrNotFound) {
+			if !e.halted(ctx) && !errors.Is(err, ErrNotFound) {
 				e.log.Error("Cannot read record; will retry", "kind", kind, "id", id, "error", err)
-				sleep(ctx, time.Second)
+				e.sleep(ctx, time.Second)
 				continue
 			}
 			return
@@ -268,9 +305,9 @@ func (e *Engine) drive(ctx context.Context, kind Kind, id string) {
 			return
 		}
 		if held, err := e.claim(ctx, rec); err != nil || !held {
-			if err != nil && !errors.Is(err, ErrStale) && ctx.Err() == nil {
+			if err != nil && !errors.Is(err, ErrStale) && !e.halted(ctx) {
 				e.log.Error("Cannot take the operation's lease; will retry", "kind", kind, "id", id, "error", err)
-				sleep(ctx, time.Second)
+				e.sleep(ctx, time.Second)
 			}
 			if held || err != nil {
 				continue
@@ -281,11 +318,11 @@ func (e *Engine) drive(ctx context.Context, kind Kind, id string) {
 		switch {
 		case err == nil, errors.Is(err, ErrStale):
 			// Finished, or superseded: read the record again.
-		case ctx.Err() != nil:
+		case e.halted(ctx):
 			return
 		default:
 			e.log.Error("Operation step failed; will retry", "kind", kind, "id", id, "operation", rec.Op.ID, "error", err)
-			sleep(ctx, time.Second)
+			e.sleep(ctx, time.Second)
 		}
 	}
 }
@@ -439,11 +476,15 @@ func newID() string {
 	return hex.EncodeToString(b)
 }
 
-func sleep(ctx context.Context, d time.Duration) {
+// sleep waits d, or less when the worker is halted or the engine stops.
+func (e *Engine) sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
+	halt, _ := ctx.Value(haltKey{}).(chan struct{})
 	select {
 	case <-ctx.Done():
+	case <-e.base.Done():
+	case <-halt: // nil (never ready) outside a worker
 	case <-t.C:
 	}
 }

@@ -22,7 +22,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
+	iamtypes "github.com/aws/aws-sdk-go-v2/service/iam/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
 	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
@@ -361,12 +363,17 @@ func (h *harness) want(r reply, code int, what string) reply {
 // buckets lists the backend buckets of this harness (by name prefix).
 func (h *harness) buckets() []string {
 	h.t.Helper()
-	out, err := h.s3.ListBuckets(context.Background(), &s3.ListBucketsInput{})
-	if err != nil {
-		h.t.Fatal(err)
+	var all []s3types.Bucket
+	pages := s3.NewListBucketsPaginator(h.s3, &s3.ListBucketsInput{})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(context.Background())
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		all = append(all, page.Buckets...)
 	}
 	var names []string
-	for _, b := range out.Buckets {
+	for _, b := range all {
 		if strings.HasPrefix(aws.ToString(b.Name), h.prefix+"-") {
 			names = append(names, aws.ToString(b.Name))
 		}
@@ -374,16 +381,27 @@ func (h *harness) buckets() []string {
 	return names
 }
 
+// bucketExists reports whether the backend has the bucket.
+func (h *harness) bucketExists(name string) bool {
+	_, err := h.s3.HeadBucket(context.Background(), &s3.HeadBucketInput{Bucket: aws.String(name)})
+	return err == nil
+}
+
 // users lists the backend users of this harness with their key ids.
 func (h *harness) users() map[string][]string {
 	h.t.Helper()
 	ctx := context.Background()
-	out, err := h.iam.ListUsers(ctx, &iam.ListUsersInput{})
-	if err != nil {
-		h.t.Fatal(err)
+	var all []iamtypes.User
+	pages := iam.NewListUsersPaginator(h.iam, &iam.ListUsersInput{})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		all = append(all, page.Users...)
 	}
 	users := map[string][]string{}
-	for _, u := range out.Users {
+	for _, u := range all {
 		name := aws.ToString(u.UserName)
 		if !strings.HasPrefix(name, h.prefix+"-") {
 			continue

@@ -24,6 +24,9 @@ func (g giveUp) Unwrap() error { return g.err }
 func (e *Engine) step(ctx context.Context, rec *Record, what string, call func(context.Context) error) error {
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
+		if e.halted(ctx) {
+			return errHalted
+		}
 		if err := e.renew(ctx, rec); err != nil {
 			return err
 		}
@@ -31,8 +34,8 @@ func (e *Engine) step(ctx context.Context, rec *Record, what string, call func(c
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if e.halted(ctx) {
+			return errHalted
 		}
 		if driver.Permanent(err) {
 			return giveUp{fmt.Errorf("%s: %w", what, err)}
@@ -48,7 +51,7 @@ func (e *Engine) step(ctx context.Context, rec *Record, what string, call func(c
 			}
 		}
 		e.log.Warn("Backend call failed; retrying", "kind", rec.Kind, "id", rec.ID, "step", what, "attempt", attempt, "error", err)
-		sleep(ctx, rand.N(backoff)+time.Millisecond)
+		e.sleep(ctx, rand.N(backoff)+time.Millisecond)
 		backoff = min(2*backoff, 30*time.Second)
 	}
 }
@@ -57,7 +60,7 @@ func (e *Engine) step(ctx context.Context, rec *Record, what string, call func(c
 // interrupted or superseded: then the operation stays as it is.
 func (e *Engine) fail(ctx context.Context, rec *Record, err error) error {
 	var g giveUp
-	if errors.As(err, &g) || (ctx.Err() == nil && !errors.Is(err, ErrStale) && !errors.Is(err, context.Canceled)) {
+	if errors.As(err, &g) || (!e.halted(ctx) && !errors.Is(err, ErrStale) && !errors.Is(err, errHalted) && !errors.Is(err, context.Canceled)) {
 		return e.finish(ctx, rec, err)
 	}
 	return err
@@ -238,9 +241,9 @@ func (e *Engine) revokeBindings(ctx context.Context, inst *Record) error {
 		if err := e.renew(ctx, inst); err != nil {
 			return err
 		}
-		sleep(ctx, poll)
-		if ctx.Err() != nil {
-			return ctx.Err()
+		e.sleep(ctx, poll)
+		if e.halted(ctx) {
+			return errHalted
 		}
 		poll = min(2*poll, time.Second)
 	}
