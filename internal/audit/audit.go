@@ -128,7 +128,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list the store: %w", err)
 	}
-	rep := &Report{Prefix: opts.Prefix, Buckets: len(inv.Buckets), Users: len(inv.Users), Records: len(recs)}
+	rep := &Report{Prefix: opts.Prefix, Buckets: len(inv.Buckets), Users: len(inv.Users), Records: len(recs),
+		Findings: []Finding{}, Skipped: []Skipped{}} // [] in JSON, not null
 	j := newJudge(opts.Prefix, recs, rep)
 	j.buckets(inv.Buckets)
 	j.users(inv.Users)

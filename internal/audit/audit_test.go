@@ -325,6 +325,14 @@ func testDrift(t *testing.T, cfg s3iam.Config) {
 	if !rep.Drift() {
 		t.Errorf("first audit: Drift() = false, want true")
 	}
+	var text strings.Builder
+	must(t, rep.WriteText(&text))
+	for _, want := range []string{"leak", "missing", "unknown-key", "instance/busy", "not kept in this store", "deprovision and provision"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text report does not mention %q:\n%s", want, text.String())
+		}
+	}
+	t.Logf("first audit:\n%s", text.String())
 	wantSkipped := []audit.Skipped{
 		{Record: "instance/busy"},
 		{Resource: audit.ResourceBucket, Name: claimBucket},
