@@ -31,6 +31,11 @@
 // behind, and to clean up. Access checks use the keys the driver hands out,
 // with a real S3 client, so a policy that is too wide or too narrow fails.
 //
+// A driver that implements the optional driver.Auditable (the leak audit's
+// inventory) is checked under Inventory/*: it lists its own marked bucket
+// and user with their keys, leaves out unmarked ones, and DeleteAccessKey
+// deletes one key of its own users only. Drivers without it skip those.
+//
 // Every subtest derives its names with driver.BucketName and
 // driver.UserName from a random id, so the suite can run against a shared
 // server, repeatedly, and in parallel with itself; it deletes what it makes.
