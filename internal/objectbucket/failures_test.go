@@ -1,0 +1,516 @@
+package objectbucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+// TestPrunedObjectBucketNameProvisionsOnce is rook#6650 against the
+// controller: under a CRD that prunes spec.objectBucketName, many passes and
+// a restart still leave exactly one bucket, one ObjectBucket and one key.
+func TestPrunedObjectBucketNameProvisionsOnce(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	base, variant := readCRD(t, claimCRDPath), readCRD(t, pruningCRD)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := swapClaimSchema(ctx, k8s, base, ns, true); err != nil {
+			t.Errorf("restore the generated ObjectBucketClaim CRD: %v", err)
+		}
+	})
+	if err := swapClaimSchema(ctx, k8s, variant, ns, false); err != nil {
+		t.Fatalf("install the pruning CRD: %v", err)
+	}
+	drv := &hookDriver{Driver: backend.drv}
+	prov := newProvisioner()
+	run := startController(t, runOptions{provisioner: prov, drv: drv})
+	class := storageClass(ctx, t, prov, corev1.PersistentVolumeReclaimDelete, nil)
+	gen := "pruned-" + randomHex(4)
+	obc := newClaim(ns, "pruned", class, func(s *obv1.ObjectBucketClaimSpec) { s.GenerateBucketName = gen })
+	create(ctx, t, obc)
+	got := waitPhase(ctx, t, obc, obv1.PhaseBound)
+	if got.Spec.ObjectBucketName != "" {
+		t.Fatalf("objectBucketName = %q: the CRD did not prune it, the test proves nothing", got.Spec.ObjectBucketName)
+	}
+	// Many more passes: each annotation change is an event for the claim.
+	for i := range 10 {
+		patchAnnotation(ctx, t, obc, "test/poke", fmt.Sprint(i))
+	}
+	time.Sleep(time.Second)
+	run.stop()
+	startController(t, runOptions{provisioner: prov, drv: drv})
+	patchAnnotation(ctx, t, obc, "test/poke", "after-restart")
+	time.Sleep(time.Second)
+	waitPhase(ctx, t, obc, obv1.PhaseBound)
+
+	if b := bucketsWithPrefix(ctx, t, gen); len(b) != 1 {
+		t.Errorf("buckets %v, want exactly one", b)
+	}
+	if obs := objectBucketsOf(ctx, t, got); len(obs) != 1 {
+		t.Errorf("object buckets %v, want exactly one", obs)
+	}
+	if k := keysOf(ctx, t, string(got.UID)); len(k) != 1 {
+		t.Errorf("keys %v, want exactly one", k)
+	}
+	if n := drv.ensureBucketCalls.Load(); n != 1 {
+		t.Errorf("EnsureBucket called %d times, want once (a bound claim makes no backend call, even after a restart)", n)
+	}
+	checkCredentials(ctx, t, readBinding(ctx, t, obc), "")
+}
+
+func patchAnnotation(ctx context.Context, t *testing.T, obj client.Object, k, v string) {
+	t.Helper()
+	p := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, k, v)
+	if err := k8s.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", []byte(p))); err != nil {
+		t.Fatalf("patch annotation: %v", err)
+	}
+}
+
+// TestCrashBetweenWrites stops the manager right after each named write and
+// starts a new one: every claim converges to one bucket, one key, one
+// ObjectBucket, and deletion converges to nothing left.
+func TestCrashBetweenWrites(t *testing.T) {
+	apiServer(t)
+	provision := []string{"claim-patched", "objectbucket-created", "bucket-created", "key-created",
+		"secret-written", "configmap-written", "objectbucket-bound"}
+	deletion := []string{"credential-revoked", "bucket-deleted", "objects-deleted"}
+	for _, point := range append(provision, deletion...) {
+		t.Run(point, func(t *testing.T) {
+			ctx := testContext(t)
+			ns := namespace(ctx, t, k8s)
+			prov := newProvisioner()
+			class := storageClass(ctx, t, prov, corev1.PersistentVolumeReclaimDelete, nil)
+			gen := "crash-" + randomHex(4)
+			obc := newClaim(ns, "crash", class, func(s *obv1.ObjectBucketClaimSpec) { s.GenerateBucketName = gen })
+
+			crashed := make(chan struct{})
+			var once sync.Once
+			var first *controllerRun
+			hook := func(p string) error {
+				if p != point {
+					return nil
+				}
+				fired := false
+				once.Do(func() { fired = true; first.cancel(); close(crashed) })
+				if fired {
+					return errCrash
+				}
+				return nil
+			}
+			isDeletion := contains(deletion, point)
+			if isDeletion {
+				run := startController(t, runOptions{provisioner: prov})
+				create(ctx, t, obc)
+				waitPhase(ctx, t, obc, obv1.PhaseBound)
+				run.stop()
+			}
+			first = startController(t, runOptions{provisioner: prov, afterWrite: hook})
+			if isDeletion {
+				deleteObj(ctx, t, obc)
+			} else {
+				create(ctx, t, obc)
+			}
+			select {
+			case <-crashed:
+			case <-ctx.Done():
+				t.Fatalf("crash point %s never reached", point)
+			}
+			first.stop()
+			startController(t, runOptions{provisioner: prov})
+
+			if isDeletion {
+				claim := getClaim(ctx, t, k8s, obc)
+				waitGone(ctx, t, obc)
+				if b := bucketsWithPrefix(ctx, t, gen); len(b) != 0 {
+					t.Errorf("buckets %v left after deletion", b)
+				}
+				if obs := objectBucketsOf(ctx, t, claim); len(obs) != 0 {
+					t.Errorf("object buckets %v left after deletion", obs)
+				}
+				if k := keysOf(ctx, t, string(claim.UID)); len(k) != 0 {
+					t.Errorf("keys %v left after deletion", k)
+				}
+				return
+			}
+			got := waitPhase(ctx, t, obc, obv1.PhaseBound)
+			b := readBinding(ctx, t, obc)
+			if names := bucketsWithPrefix(ctx, t, gen); len(names) != 1 {
+				t.Errorf("buckets %v, want exactly one", names)
+			}
+			if obs := objectBucketsOf(ctx, t, got); len(obs) != 1 {
+				t.Errorf("object buckets %v, want exactly one", obs)
+			}
+			k := keysOf(ctx, t, string(got.UID))
+			if diff := cmp.Diff([]string{string(b.secret.Data[KeyAccessKeyID])}, k); diff != "" {
+				t.Errorf("live keys (-the Secret's +the backend's):\n%s", diff)
+			}
+			checkCredentials(ctx, t, b, "")
+		})
+	}
+}
+
+// TestCollidingNames: lib-bucket-provisioner names both of these claims'
+// ObjectBuckets obc-<x>-b-c. Here each gets its own.
+func TestCollidingNames(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	x := "col" + randomHex(3)
+	for _, n := range []string{x + "-b", x} {
+		create(ctx, t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}})
+	}
+	run := startController(t, runOptions{provisioner: newProvisioner()})
+	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
+	one := newClaim(x+"-b", "c", class, nil)
+	two := newClaim(x, "b-c", class, nil)
+	create(ctx, t, one)
+	create(ctx, t, two)
+	waitPhase(ctx, t, one, obv1.PhaseBound)
+	waitPhase(ctx, t, two, obv1.PhaseBound)
+	b1, b2 := readBinding(ctx, t, one), readBinding(ctx, t, two)
+	if b1.ob.Name == b2.ob.Name || b1.bucket == b2.bucket || string(b1.secret.Data[KeyAccessKeyID]) == string(b2.secret.Data[KeyAccessKeyID]) {
+		t.Errorf("claims share names: object buckets %s/%s, buckets %s/%s", b1.ob.Name, b2.ob.Name, b1.bucket, b2.bucket)
+	}
+	checkCredentials(ctx, t, b1, b2.bucket)
+	checkCredentials(ctx, t, b2, b1.bucket)
+}
+
+// TestUserSecretNeverOverwritten: a Secret of the claim's name that the
+// claim does not control is left as it is, the claim goes Failed, and no
+// key is made that nobody could hold.
+func TestUserSecretNeverOverwritten(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	run := startController(t, runOptions{provisioner: newProvisioner()})
+	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
+	mine := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}, StringData: map[string]string{"password": "hunter2"}}
+	create(ctx, t, mine)
+	obc := newClaim(ns, "app", class, nil)
+	create(ctx, t, obc)
+	got := waitPhase(ctx, t, obc, obv1.PhaseFailed)
+	if c := meta.FindStatusCondition(got.Status.Conditions, ConditionProvisioned); c == nil || c.Reason != ReasonSecretConflict {
+		t.Errorf("Provisioned condition = %+v, want reason %s", c, ReasonSecretConflict)
+	}
+	var after corev1.Secret
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(mine), &after); err != nil {
+		t.Fatal(err)
+	}
+	if string(after.Data["password"]) != "hunter2" || len(after.Data) != 1 || len(after.OwnerReferences) != 0 || len(after.Finalizers) != 0 {
+		t.Errorf("the user's Secret was changed: data keys %v, owners %v, finalizers %v", keys(after.Data), after.OwnerReferences, after.Finalizers)
+	}
+	if k := keysOf(ctx, t, string(got.UID)); len(k) != 0 {
+		t.Errorf("keys %v were made for a Secret that cannot be written", k)
+	}
+	// Deleting the claim leaves the user's Secret alone too.
+	deleteObj(ctx, t, obc)
+	waitGone(ctx, t, obc)
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(mine), &after); err != nil || string(after.Data["password"]) != "hunter2" {
+		t.Errorf("the user's Secret after the claim was deleted: %v %v", err, keys(after.Data))
+	}
+}
+
+// TestOldProvisionerClaim: a claim with generateBucketName and the
+// bucketName an old provisioner generated from it is read as generated: its
+// existing bucket (no owner mark of ours) is adopted, no new one is made.
+func TestOldProvisionerClaim(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	gen := "legacy-" + randomHex(4)
+	old := gen + "-8a3e0e5c-0d4b-4f5e-9d2b-1f0e6f3a7b9c"
+	createRawBucket(ctx, t, old)
+	run := startController(t, runOptions{provisioner: newProvisioner()})
+	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
+	obc := newClaim(ns, "legacy", class, func(s *obv1.ObjectBucketClaimSpec) {
+		s.GenerateBucketName, s.BucketName, s.ObjectBucketName = gen, old, "obc-"+ns+"-legacy"
+	})
+	controllerutil.AddFinalizer(obc, Finalizer)
+	create(ctx, t, obc)
+	waitPhase(ctx, t, obc, obv1.PhaseBound)
+	b := readBinding(ctx, t, obc)
+	if b.bucket != old {
+		t.Errorf("bucket = %q, want the old provisioner's %q", b.bucket, old)
+	}
+	if names := bucketsWithPrefix(ctx, t, gen); len(names) != 1 {
+		t.Errorf("buckets %v, want only the old one", names)
+	}
+	checkCredentials(ctx, t, b, "")
+}
+
+// TestExactNameTaken: a claim asking for the exact name of a bucket that
+// existed before fails, and deleting that claim (the cleanup of a failed
+// provision) never deletes the bucket.
+func TestExactNameTaken(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	taken := "taken-" + randomHex(6)
+	createRawBucket(ctx, t, taken)
+	run := startController(t, runOptions{provisioner: newProvisioner()})
+	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
+	obc := newClaim(ns, "taken", class, func(s *obv1.ObjectBucketClaimSpec) { s.GenerateBucketName, s.BucketName = "", taken })
+	create(ctx, t, obc)
+	got := waitPhase(ctx, t, obc, obv1.PhaseFailed)
+	if c := meta.FindStatusCondition(got.Status.Conditions, ConditionProvisioned); c == nil || c.Reason != ReasonBucketConflict {
+		t.Errorf("Provisioned condition = %+v, want reason %s", c, ReasonBucketConflict)
+	}
+	deleteObj(ctx, t, obc)
+	waitGone(ctx, t, obc)
+	if !bucketExists(ctx, t, taken) {
+		t.Errorf("the pre-existing bucket %s was deleted by the cleanup of a failed claim", taken)
+	}
+}
+
+// TestDeleteWhileProvisioningRetries is lib#171: the backend keeps failing,
+// the claim is deleted, provisioning stops and the claim goes away.
+func TestDeleteWhileProvisioningRetries(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	drv := &hookDriver{Driver: backend.drv, ensureBucket: func(context.Context, driver.BucketSpec) error {
+		return errors.New("backend unavailable (test)")
+	}}
+	run := startController(t, runOptions{provisioner: newProvisioner(), drv: drv})
+	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
+	obc := newClaim(ns, "retrying", class, nil)
+	create(ctx, t, obc)
+	waitFor(ctx, t, "two failed provisioning attempts", func(context.Context) (bool, string) {
+		n := drv.ensureBucketCalls.Load()
+		return n >= 2, fmt.Sprint(n, " calls")
+	})
+	got := getClaim(ctx, t, k8s, obc)
+	if c := meta.FindStatusCondition(got.Status.Conditions, ConditionProvisioned); c == nil || c.Reason != ReasonBackendError {
+		t.Errorf("Provisioned condition while failing = %+v, want reason %s", c, ReasonBackendError)
+	}
+	deleteObj(ctx, t, obc)
+	waitGone(ctx, t, obc)
+	calls := drv.ensureBucketCalls.Load()
+	time.Sleep(2 * time.Second)
+	if n := drv.ensureBucketCalls.Load(); n != calls {
+		t.Errorf("EnsureBucket called %d more times after the claim was gone", n-calls)
+	}
+	if obs := objectBucketsOf(ctx, t, got); len(obs) != 0 {
+		t.Errorf("object buckets %v left", obs)
+	}
+}
+
+// TestDeletionNotStuck: neither a deleted StorageClass (rook#6300) nor a
+// bucket already gone (rook#7351) blocks deleting a claim.
+func TestDeletionNotStuck(t *testing.T) {
+	apiServer(t)
+	cases := map[string]struct {
+		reason string
+		before func(ctx context.Context, t *testing.T, class string, b bindingOf)
+	}{
+		"StorageClassGone": {
+			reason: "deletion works from the ObjectBucket's record",
+			before: func(ctx context.Context, t *testing.T, class string, _ bindingOf) {
+				deleteObj(ctx, t, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: class}})
+			},
+		},
+		"BucketGone": {
+			reason: "a missing bucket is deleted already",
+			before: func(ctx context.Context, t *testing.T, _ string, b bindingOf) {
+				if err := backend.drv.DeleteBucket(ctx, b.bucket, driver.OwnerMark(claimKind, string(b.claim.UID)), true); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ctx := testContext(t)
+			ns := namespace(ctx, t, k8s)
+			run := startController(t, runOptions{provisioner: newProvisioner()})
+			class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
+			obc := newClaim(ns, "stuck", class, nil)
+			create(ctx, t, obc)
+			waitPhase(ctx, t, obc, obv1.PhaseBound)
+			b := readBinding(ctx, t, obc)
+			tc.before(ctx, t, class, b)
+			deleteObj(ctx, t, obc)
+			waitGone(ctx, t, obc)
+			if bucketExists(ctx, t, b.bucket) {
+				t.Errorf("%s: bucket %s left", tc.reason, b.bucket)
+			}
+		})
+	}
+}
+
+// TestDeletionWaitsUntilGone: the claim keeps its finalizer while an object
+// it deleted still exists (here held by someone else's finalizer).
+func TestDeletionWaitsUntilGone(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	run := startController(t, runOptions{provisioner: newProvisioner()})
+	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
+	obc := newClaim(ns, "held", class, nil)
+	create(ctx, t, obc)
+	waitPhase(ctx, t, obc, obv1.PhaseBound)
+	b := readBinding(ctx, t, obc)
+	base := b.cm.DeepCopy()
+	controllerutil.AddFinalizer(b.cm, "test/hold")
+	if err := k8s.Patch(ctx, b.cm, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	deleteObj(ctx, t, obc)
+	time.Sleep(2 * time.Second)
+	if got := getClaim(ctx, t, k8s, obc); !contains(got.Finalizers, Finalizer) {
+		t.Fatalf("claim lost its finalizer while its ConfigMap still exists")
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(b.cm), b.cm); err != nil {
+		t.Fatal(err)
+	}
+	if contains(b.cm.Finalizers, Finalizer) {
+		t.Errorf("ConfigMap still has %s after the claim was deleted", Finalizer)
+	}
+	base = b.cm.DeepCopy()
+	controllerutil.RemoveFinalizer(b.cm, "test/hold")
+	if err := k8s.Patch(ctx, b.cm, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(ctx, t, obc)
+}
+
+// TestBrownfield: a StorageClass naming an existing bucket gives claims
+// access to it; deleting the claim revokes access and keeps the bucket.
+func TestBrownfield(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	brown := "brown-" + randomHex(6)
+	createRawBucket(ctx, t, brown)
+	other := "other-" + randomHex(6)
+	createRawBucket(ctx, t, other)
+	run := startController(t, runOptions{provisioner: newProvisioner()})
+	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, map[string]string{ParameterBucketName: brown})
+	obc := newClaim(ns, "brown", class, func(s *obv1.ObjectBucketClaimSpec) { s.GenerateBucketName = "" })
+	create(ctx, t, obc)
+	waitPhase(ctx, t, obc, obv1.PhaseBound)
+	b := readBinding(ctx, t, obc)
+	if b.bucket != brown || b.ob.Spec.AdditionalState[stateBucketOwned] != "false" || b.ob.Spec.ReclaimPolicy != obv1.ReclaimRetain {
+		t.Errorf("bucket %q owned %q policy %q, want %q, false, Retain", b.bucket, b.ob.Spec.AdditionalState[stateBucketOwned], b.ob.Spec.ReclaimPolicy, brown)
+	}
+	checkCredentials(ctx, t, b, other)
+	deleteObj(ctx, t, obc)
+	waitGone(ctx, t, obc)
+	if !bucketExists(ctx, t, brown) {
+		t.Errorf("brownfield bucket %s was deleted", brown)
+	}
+	if k := keysOf(ctx, t, string(b.claim.UID)); len(k) != 0 {
+		t.Errorf("keys %v left", k)
+	}
+}
+
+// TestRetain: reclaim policy Retain keeps the bucket and revokes access.
+func TestRetain(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	run := startController(t, runOptions{provisioner: newProvisioner()})
+	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimRetain, nil)
+	obc := newClaim(ns, "kept", class, nil)
+	create(ctx, t, obc)
+	waitPhase(ctx, t, obc, obv1.PhaseBound)
+	b := readBinding(ctx, t, obc)
+	if b.ob.Spec.ReclaimPolicy != obv1.ReclaimRetain {
+		t.Errorf("object bucket reclaim policy = %q, want Retain", b.ob.Spec.ReclaimPolicy)
+	}
+	deleteObj(ctx, t, obc)
+	waitGone(ctx, t, obc)
+	if !bucketExists(ctx, t, b.bucket) {
+		t.Errorf("bucket %s was deleted under Retain", b.bucket)
+	}
+	if k := keysOf(ctx, t, string(b.claim.UID)); len(k) != 0 {
+		t.Errorf("keys %v left", k)
+	}
+}
+
+// TestDriftRepaired: a deleted Secret or ConfigMap comes back with the
+// same keys.
+func TestDriftRepaired(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	run := startController(t, runOptions{provisioner: newProvisioner()})
+	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
+	obc := newClaim(ns, "drift", class, nil)
+	create(ctx, t, obc)
+	waitPhase(ctx, t, obc, obv1.PhaseBound)
+	b := readBinding(ctx, t, obc)
+	for _, obj := range []client.Object{b.secret, b.cm} {
+		deleteObj(ctx, t, obj)
+	}
+	waitFor(ctx, t, "Secret and ConfigMap recreated", func(ctx context.Context) (bool, string) {
+		var sec corev1.Secret
+		var cm corev1.ConfigMap
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(obc), &sec); err != nil || sec.UID == b.secret.UID || !sec.DeletionTimestamp.IsZero() {
+			return false, fmt.Sprintf("secret: %v", err)
+		}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(obc), &cm); err != nil || cm.UID == b.cm.UID || !cm.DeletionTimestamp.IsZero() {
+			return false, fmt.Sprintf("config map: %v", err)
+		}
+		if diff := cmp.Diff(b.secret.Data, sec.Data); diff != "" {
+			return false, "secret data differ: " + diff
+		}
+		return cmp.Equal(b.cm.Data, cm.Data), "config map data differ"
+	})
+	checkCredentials(ctx, t, readBinding(ctx, t, obc), "")
+}
+
+// TestManyClaimsAtOnce: 50 claims created together are all Bound, each with
+// working credentials of its own.
+func TestManyClaimsAtOnce(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	run := startController(t, runOptions{provisioner: newProvisioner()})
+	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
+	const n = 50
+	claims := make([]*obv1.ObjectBucketClaim, n)
+	start := time.Now()
+	for i := range claims {
+		claims[i] = newClaim(ns, fmt.Sprintf("many-%02d", i), class, nil)
+		create(ctx, t, claims[i])
+	}
+	for _, c := range claims {
+		waitPhase(ctx, t, c, obv1.PhaseBound)
+	}
+	t.Logf("%d claims Bound in %s", n, time.Since(start).Round(time.Millisecond))
+	seen := map[string]bool{}
+	for i, c := range claims {
+		b := readBinding(ctx, t, c)
+		id := string(b.secret.Data[KeyAccessKeyID])
+		if seen[id] || seen[b.bucket] {
+			t.Errorf("claim %s shares key %s or bucket %s", c.Name, id, b.bucket)
+		}
+		seen[id], seen[b.bucket] = true, true
+		checkCredentials(ctx, t, b, readBindingBucket(claims[(i+1)%n]))
+	}
+}
+
+func readBindingBucket(c *obv1.ObjectBucketClaim) string {
+	var got obv1.ObjectBucketClaim
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(c), &got); err != nil {
+		return ""
+	}
+	return got.Annotations[AnnotationBucketName]
+}
