@@ -34,7 +34,7 @@ by a crash: the outcome is still one bucket and one credential per id.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newAdminCommand())
+	root.AddCommand(newServeCommand(), newAdminCommand(), newControllerCommand())
 	return root
 }
 

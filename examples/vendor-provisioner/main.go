@@ -36,10 +36,7 @@ func main() {
 }
 
 func run(kubeconfig, name string) error {
-	cfg, err := ctrl.GetConfig()
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig) // in-cluster when empty
 	if err != nil {
 		return err
 	}
