@@ -165,6 +165,8 @@ type runOptions struct {
 	afterWrite  func(point string) error
 	// rt wraps the manager's HTTP transport (request counting).
 	wrap func(http.RoundTripper) http.RoundTripper
+	// impersonate runs the manager as this user (RBAC tests).
+	impersonate string
 }
 
 // newProvisioner returns a provisioner name of its own for a test, so that
@@ -182,6 +184,7 @@ func startController(t testing.TB, o runOptions) *controllerRun {
 	}
 	cfg := rest.CopyConfig(restConfig)
 	cfg.QPS, cfg.Burst = 1000, 2000
+	cfg.Impersonate.UserName = o.impersonate
 	if o.wrap != nil {
 		cfg.Wrap(o.wrap)
 	}
