@@ -82,10 +82,10 @@ type Engine struct {
 	stop        context.CancelFunc
 	calls       context.Context
 	cancelCalls context.CancelFunc
-	mu      sync.Mutex
-	workers map[string]*worker
-	changed map[string]chan struct{}
-	wg      sync.WaitGroup
+	mu          sync.Mutex
+	workers     map[string]*worker
+	changed     map[string]chan struct{}
+	wg          sync.WaitGroup
 }
 
 // worker is the one goroutine driving a record's operations in this process.
