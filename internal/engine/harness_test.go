@@ -266,6 +266,10 @@ func iamClient() *iam.Client {
 		Credentials: credentials.NewStaticCredentialsProvider(rootAK, rootSK, "")})
 }
 
+// testClient bounds every request, so that a hang is a failure that names
+// the request rather than a test binary killed by its timeout.
+var testClient = &http.Client{Timeout: 2 * time.Minute}
+
 // reply is an OSB answer.
 type reply struct {
 	code int
@@ -287,7 +291,7 @@ func (h *harness) do(method, path string, body any) reply {
 	req.SetBasicAuth(brokerUser, brokerPass)
 	req.Header.Set("X-Broker-API-Version", apiVersion)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		h.t.Fatalf("%s %s: %v", method, path, err)
 	}
