@@ -76,8 +76,26 @@ func freshSchema(t *testing.T, dsn string) string {
 type replica struct {
 	name, api string
 	cmd       *exec.Cmd
-	log       *bytes.Buffer
+	log       *lockedBuffer
 	done      chan struct{}
+}
+
+// lockedBuffer collects a process's output while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestReplicasExactlyOnce runs three replicas on one PostgreSQL database and
@@ -95,7 +113,7 @@ func TestReplicasExactlyOnce(t *testing.T) {
 	dead.Store(-1)
 	var replicas []*replica
 	for i := range 3 {
-		r := &replica{name: fmt.Sprintf("replica-%d", i), api: freeAddr(t), log: &bytes.Buffer{}, done: make(chan struct{})}
+		r := &replica{name: fmt.Sprintf("replica-%d", i), api: freeAddr(t), log: &lockedBuffer{}, done: make(chan struct{})}
 		r.cmd = exec.Command(binary, "serve", "--driver", "s3iam", "--s3-endpoint", ext.s3, "--iam-endpoint", ext.iam,
 			"--path-style", "--listen", r.api, "--data-dir", t.TempDir(), "--encryption-key-file", keyFile,
 			"--name-prefix", prefix, "--replica-id", r.name, "--lease-ttl", "3s", "--log-format", "text")
