@@ -155,7 +155,10 @@ func (e *Engine) bindStarted(ctx context.Context, rec *Record, async bool) (Bind
 	}
 	crashpoint.Hit("bind/record-written")
 	e.log.Info("Binding", "id", rec.ID, "instance", rec.InstanceID, "user", rec.UserName, "access", rec.Access, "operation", rec.Op.ID)
-	res, err := e.started(ctx, rec, OutcomeCreated, async)
+	res, end, err := e.startedRecord(ctx, rec, OutcomeCreated, async)
+	if end != nil {
+		rec = end
+	}
 	return e.withCredentials(ctx, rec, res, err)
 }
 
@@ -164,9 +167,10 @@ func (e *Engine) withCredentials(ctx context.Context, rec *Record, res Result, e
 	if err != nil || res.Outcome == OutcomeAccepted {
 		return BindResult{Result: res}, err
 	}
-	rec, err = e.store.Get(ctx, KindBinding, rec.ID)
-	if err != nil {
-		return BindResult{}, e.storeErr(ctx, err)
+	if rec.Phase != PhaseReady { // not the finished record yet: read it
+		if rec, err = e.store.Get(ctx, KindBinding, rec.ID); err != nil {
+			return BindResult{}, e.storeErr(ctx, err)
+		}
 	}
 	creds, err := e.credentials(rec)
 	return BindResult{Result: res, Credentials: creds}, err

@@ -90,6 +90,9 @@ type Engine struct {
 
 // worker is the one goroutine driving a record's operations in this process.
 type worker struct {
+	// first is the record as the request that started the worker wrote
+	// it, so that the worker's first look needs no read (nil: read it).
+	first *Record
 	// halt is closed to make the worker stop at its next step boundary
 	// (its operation was superseded); it is never closed twice.
 	halt   chan struct{}
@@ -211,7 +214,12 @@ func key(kind Kind, id string) string { return string(kind) + "/" + id }
 
 // kick makes sure a worker drives the record's current operation. A
 // running worker is told to look again when it is done.
-func (e *Engine) kick(kind Kind, id string) {
+func (e *Engine) kick(kind Kind, id string) { e.start(kind, id, nil) }
+
+// kickWith is kick from the request that just wrote rec.
+func (e *Engine) kickWith(rec *Record) { e.start(rec.Kind, rec.ID, rec.Clone()) }
+
+func (e *Engine) start(kind Kind, id string, first *Record) {
 	k := key(kind, id)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -222,7 +230,7 @@ func (e *Engine) kick(kind Kind, id string) {
 		w.again = true
 		return
 	}
-	w := &worker{}
+	w := &worker{first: first}
 	e.workers[k] = w
 	e.wg.Add(1)
 	go e.work(kind, id, w)
@@ -274,9 +282,11 @@ func (e *Engine) work(kind Kind, id string, w *worker) {
 		e.mu.Lock()
 		w.halt, w.halted, w.again = make(chan struct{}), false, false
 		ctx := context.WithValue(e.calls, haltKey{}, w.halt)
+		first := w.first
+		w.first = nil
 		e.mu.Unlock()
 
-		e.drive(ctx, kind, id)
+		e.drive(ctx, kind, id, first)
 
 		e.mu.Lock()
 		if !w.again || e.base.Err() != nil {
@@ -290,9 +300,15 @@ func (e *Engine) work(kind Kind, id string, w *worker) {
 
 // drive runs the record's operations until one is finished, the worker is
 // interrupted or the engine stops.
-func (e *Engine) drive(ctx context.Context, kind Kind, id string) {
+func (e *Engine) drive(ctx context.Context, kind Kind, id string, first *Record) {
 	for !e.halted(ctx) {
-		rec, err := e.store.Get(ctx, kind, id)
+		// A record handed over may be stale by now: its first write is
+		// then refused (compare-and-swap) and the loop reads it again.
+		rec, err := first, error(nil)
+		if first == nil {
+			rec, err = e.store.Get(ctx, kind, id)
+		}
+		first = nil
 		if err != nil {
 			if !e.halted(ctx) && !errors.Is(err, ErrNotFound) {
 				e.log.Error("Cannot read record; will retry", "kind", kind, "id", id, "error", err)
@@ -429,8 +445,15 @@ func (e *Engine) changedCh(kind Kind, id string) <-chan struct{} {
 // wait blocks until operation opID of the record has finished or has been
 // superseded, and returns the record as it then is. It polls as well as
 // listening, so that it also sees writes by other processes.
-func (e *Engine) wait(ctx context.Context, kind Kind, id, opID string) (*Record, error) {
+func (e *Engine) wait(ctx context.Context, kind Kind, id, opID string, changed <-chan struct{}) (*Record, error) {
 	poll := 20 * time.Millisecond
+	if changed != nil {
+		select {
+		case <-ctx.Done():
+		case <-changed:
+		case <-time.After(poll):
+		}
+	}
 	for {
 		ch := e.changedCh(kind, id)
 		rec, err := e.store.Get(ctx, kind, id)

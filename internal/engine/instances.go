@@ -134,11 +134,20 @@ func (e *Engine) newInstance(id string, r Request, fp string, op Operation) *Rec
 // started kicks the worker for an operation this request began, and
 // answers: 202 at once when async, else the outcome once it has finished.
 func (e *Engine) started(ctx context.Context, rec *Record, done Outcome, async bool) (Result, error) {
-	e.kick(rec.Kind, rec.ID)
+	res, _, err := e.startedRecord(ctx, rec, done, async)
+	return res, err
+}
+
+// startedRecord is started that also returns the record as the operation
+// left it (nil when async).
+func (e *Engine) startedRecord(ctx context.Context, rec *Record, done Outcome, async bool) (Result, *Record, error) {
 	if async {
-		return Result{Outcome: OutcomeAccepted, Operation: rec.Op.ID}, nil
+		e.kickWith(rec)
+		return Result{Outcome: OutcomeAccepted, Operation: rec.Op.ID}, nil, nil
 	}
-	return e.awaitOutcome(ctx, rec, done)
+	changed := e.changedCh(rec.Kind, rec.ID) // before the worker can finish
+	e.kickWith(rec)
+	return e.awaitOutcome(ctx, rec, done, changed)
 }
 
 // inFlight answers a duplicate of an operation in progress: the same
@@ -148,24 +157,28 @@ func (e *Engine) inFlight(ctx context.Context, rec *Record, async bool) (Result,
 		return Result{Outcome: OutcomeAccepted, Operation: rec.Op.ID}, nil
 	}
 	e.kick(rec.Kind, rec.ID) // after a restart there may be no worker yet
-	return e.awaitOutcome(ctx, rec, OutcomeOK)
+	res, _, err := e.awaitOutcome(ctx, rec, OutcomeOK, nil)
+	return res, err
 }
 
-func (e *Engine) awaitOutcome(ctx context.Context, rec *Record, done Outcome) (Result, error) {
+// awaitOutcome waits until rec's operation ends and returns the answer
+// and the record as the operation left it. changed, if not nil, was taken
+// before the worker was started: the first look at the store waits for it.
+func (e *Engine) awaitOutcome(ctx context.Context, rec *Record, done Outcome, changed <-chan struct{}) (Result, *Record, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.syncTTL+5*time.Second)
 	defer cancel()
 	opID := rec.Op.ID
-	end, err := e.wait(ctx, rec.Kind, rec.ID, opID)
+	end, err := e.wait(ctx, rec.Kind, rec.ID, opID, changed)
 	if err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	if end.Op.ID != opID {
-		return Result{}, fmt.Errorf("%w: %s %s was superseded by %s", ErrConcurrency, rec.Kind, rec.ID, end.Op.Type)
+		return Result{}, nil, fmt.Errorf("%w: %s %s was superseded by %s", ErrConcurrency, rec.Kind, rec.ID, end.Op.Type)
 	}
 	if end.Op.State == OpFailed {
-		return Result{}, fmt.Errorf("%w: %s", ErrFailed, end.Op.Description)
+		return Result{}, nil, fmt.Errorf("%w: %s", ErrFailed, end.Op.Description)
 	}
-	return Result{Outcome: done}, nil
+	return Result{Outcome: done}, end, nil
 }
 
 // Update changes an instance's plan or parameters.
