@@ -86,12 +86,14 @@ func BenchmarkReplayPUT(b *testing.B) {
 		defer srv.Close()
 		putLoop(b, srv.URL+instancePth+"x", body, http.StatusOK)
 	})
-	b.Run("broker=replay", func(b *testing.B) {
-		h := newHarness(b)
-		id := instancePth + newID()
-		h.want(h.do("PUT", id, provisionBody(planStd, map[string]any{"labels": map[string]any{"team": "a"}})), http.StatusCreated, "provision")
-		putLoop(b, h.url+id, body, http.StatusOK)
-	})
+	for _, store := range []string{"sqlite", "postgres"} {
+		b.Run("broker=replay/store="+store, func(b *testing.B) {
+			h := newHarness(b, harnessOpts{postgres: store == "postgres"})
+			id := instancePth + newID()
+			h.want(h.do("PUT", id, provisionBody(planStd, map[string]any{"labels": map[string]any{"team": "a"}})), http.StatusCreated, "provision")
+			putLoop(b, h.url+id, body, http.StatusOK)
+		})
+	}
 }
 
 // BenchmarkProvisionBind measures a new synchronous provision plus bind
@@ -166,22 +168,24 @@ func BenchmarkProvisionBind(b *testing.B) {
 			b.StartTimer()
 		}
 	})
-	b.Run("broker=provision+bind", func(b *testing.B) {
-		h := newHarness(b)
-		b.ResetTimer()
-		for range b.N {
-			id := instancePth + newID()
-			if r := h.do("PUT", id, provisionBody(planStd, nil)); r.code != http.StatusCreated {
-				b.Fatalf("provision: %d %v", r.code, r.body)
+	for _, store := range []string{"sqlite", "postgres"} {
+		b.Run("broker=provision+bind/store="+store, func(b *testing.B) {
+			h := newHarness(b, harnessOpts{postgres: store == "postgres"})
+			b.ResetTimer()
+			for range b.N {
+				id := instancePth + newID()
+				if r := h.do("PUT", id, provisionBody(planStd, nil)); r.code != http.StatusCreated {
+					b.Fatalf("provision: %d %v", r.code, r.body)
+				}
+				bind := id + "/service_bindings/" + newID()
+				if r := h.do("PUT", bind, bindBody(planStd, nil)); r.code != http.StatusCreated {
+					b.Fatalf("bind: %d %v", r.code, r.body)
+				}
+				b.StopTimer()
+				h.want(h.do("DELETE", del(bind, planStd, false), nil), http.StatusOK, "unbind")
+				h.want(h.do("DELETE", del(id, planStd, false), nil), http.StatusOK, "deprovision")
+				b.StartTimer()
 			}
-			bind := id + "/service_bindings/" + newID()
-			if r := h.do("PUT", bind, bindBody(planStd, nil)); r.code != http.StatusCreated {
-				b.Fatalf("bind: %d %v", r.code, r.body)
-			}
-			b.StopTimer()
-			h.want(h.do("DELETE", del(bind, planStd, false), nil), http.StatusOK, "unbind")
-			h.want(h.do("DELETE", del(id, planStd, false), nil), http.StatusOK, "deprovision")
-			b.StartTimer()
-		}
-	})
+		})
+	}
 }

@@ -22,8 +22,14 @@ func (h *harness) provisioned(plan string) string {
 	return id
 }
 
-func TestBindStatusTable(t *testing.T) {
-	h := newHarness(t)
+func TestBindStatusTable(t *testing.T) { testBindStatusTable(t, newHarness(t)) }
+
+// TestBindStatusTablePostgres runs the same table with the state in PostgreSQL.
+func TestBindStatusTablePostgres(t *testing.T) {
+	testBindStatusTable(t, newHarness(t, harnessOpts{postgres: true}))
+}
+
+func testBindStatusTable(t *testing.T, h *harness) {
 	inst := h.provisioned(planStd)
 	rw := bindBody(planStd, nil)
 	ro := bindBody(planStd, map[string]any{"access": "read-only"})

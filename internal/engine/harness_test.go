@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,6 +26,7 @@ import (
 	iamtypes "github.com/aws/aws-sdk-go-v2/service/iam/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
 	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
@@ -32,6 +34,7 @@ import (
 	"github.com/bucketbroker/bucketbroker/internal/osb"
 	"github.com/bucketbroker/bucketbroker/internal/s3gateway"
 	"github.com/bucketbroker/bucketbroker/internal/secretbox"
+	"github.com/bucketbroker/bucketbroker/internal/store/postgres"
 	"github.com/bucketbroker/bucketbroker/internal/store/sqlite"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
@@ -170,7 +173,7 @@ type harness struct {
 	t      testing.TB
 	url    string
 	prefix string
-	store  *sqlite.Store
+	store  testStore
 	eng    *engine.Engine
 	drv    *hookDriver
 	s3     *s3.Client
@@ -189,6 +192,9 @@ type harnessOpts struct {
 	peer     *harness
 	replica  string
 	leaseTTL time.Duration
+	// postgres puts the state in a fresh schema of the PostgreSQL server
+	// named by BUCKETBROKER_TEST_POSTGRES_DSN instead of a SQLite file.
+	postgres bool
 }
 
 func newHarness(t testing.TB, opts ...harnessOpts) *harness {
@@ -202,7 +208,13 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 	if o.peer != nil {
 		statePath = o.peer.statePath
 	}
-	store, err := sqlite.Open(ctx, statePath)
+	var store testStore
+	var err error
+	if o.postgres {
+		store, err = postgres.Open(ctx, freshPostgresSchema(t))
+	} else {
+		store, err = sqlite.Open(ctx, statePath)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,4 +444,40 @@ func canWrite(ak, sk, bucket string) error {
 	}
 	_, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String("probe")})
 	return err
+}
+
+type testStore interface {
+	engine.Store
+	Close() error
+}
+
+// freshPostgresSchema makes an empty schema on the test PostgreSQL server
+// and returns a DSN that uses it; the test is skipped without a server.
+func freshPostgresSchema(t testing.TB) string {
+	t.Helper()
+	dsn := os.Getenv("BUCKETBROKER_TEST_POSTGRES_DSN")
+	if dsn == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("BUCKETBROKER_TEST_POSTGRES_DSN is not set and CI=true: run through hack/with-test-servers.sh")
+		}
+		t.Skip("no PostgreSQL: run through hack/with-test-servers.sh")
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	schema := "engine_" + newID()
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
 }

@@ -17,8 +17,14 @@ import (
 // TestProvisionStatusTable walks every row of the DESIGN.md table for
 // instances, synchronously and asynchronously, through real HTTP, the real
 // SQLite store and the embedded S3 server.
-func TestProvisionStatusTable(t *testing.T) {
-	h := newHarness(t)
+func TestProvisionStatusTable(t *testing.T) { testProvisionStatusTable(t, newHarness(t)) }
+
+// TestProvisionStatusTablePostgres runs the same table with the state in PostgreSQL.
+func TestProvisionStatusTablePostgres(t *testing.T) {
+	testProvisionStatusTable(t, newHarness(t, harnessOpts{postgres: true}))
+}
+
+func testProvisionStatusTable(t *testing.T, h *harness) {
 	std := provisionBody(planStd, nil)
 	other := provisionBody(planStd, map[string]any{"labels": map[string]any{"team": "b"}})
 
