@@ -1,19 +1,18 @@
 package e2e
 
 import (
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
+	"github.com/bucketbroker/bucketbroker/test/harness"
 )
 
 var (
-	provisionBody = map[string]any{"service_id": serviceID, "plan_id": planStd, "organization_guid": "org", "space_guid": "space"}
-	bindBody      = map[string]any{"service_id": serviceID, "plan_id": planStd, "app_guid": "app"}
-	deleteQuery   = fmt.Sprintf("?service_id=%s&plan_id=%s", serviceID, planStd)
+	provisionBody = harness.ProvisionBody
+	bindBody      = harness.BindBody
+	deleteQuery   = harness.DeleteQuery
 )
 
 // TestCrashPointsConverge kills the broker at every crash point, starts it
@@ -45,61 +44,42 @@ func TestCrashPointsConverge(t *testing.T) {
 	}
 }
 
-// untilDone re-sends a request, as a platform does, until it gets one of
-// the wanted codes.
-func untilDone(t *testing.T, b *broker, method, path string, body any, want ...int) reply {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	var r reply
-	for time.Now().Before(deadline) {
-		r = b.do(method, path, body)
-		for _, w := range want {
-			if r.err == nil && r.code == w {
-				return r
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s %s: last answer %d %v %v, want one of %v", method, path, r.code, r.body, r.err, want)
-	return r
-}
-
 func crashProvision(t *testing.T, point string) {
 	b := newBroker(t)
-	b.start(point)
+	b.Start(point)
 	inst := "/v2/service_instances/crash-" + strings.ReplaceAll(point, "/", "-")
-	if r := b.do("PUT", inst, provisionBody); r.err == nil && r.code != http.StatusCreated {
-		t.Fatalf("first PUT: %d %v", r.code, r.body)
+	if r := b.Do("PUT", inst, provisionBody); r.Err == nil && r.Code != http.StatusCreated {
+		t.Fatalf("first PUT: %d %v", r.Code, r.Body)
 	}
-	b.waitCrash()
-	b.start()
+	b.WaitCrash()
+	b.Start()
 	untilDone(t, b, "PUT", inst, provisionBody, http.StatusOK, http.StatusCreated)
 	untilDone(t, b, "PUT", inst, provisionBody, http.StatusOK)
-	if got := b.buckets(); len(got) != 1 {
+	if got := buckets(t, b); len(got) != 1 {
 		t.Errorf("buckets = %v, want exactly one", got)
 	}
 }
 
 func crashBind(t *testing.T, point string) {
 	b := newBroker(t)
-	b.start()
+	b.Start()
 	inst := "/v2/service_instances/i"
 	untilDone(t, b, "PUT", inst, provisionBody, http.StatusCreated)
-	b.stop()
-	b.start(point)
+	b.Stop()
+	b.Start(point)
 	bind := inst + "/service_bindings/crash-" + strings.ReplaceAll(point, "/", "-")
-	if r := b.do("PUT", bind, bindBody); r.err == nil {
-		t.Fatalf("first bind answered %d %v before the crash", r.code, r.body)
+	if r := b.Do("PUT", bind, bindBody); r.Err == nil {
+		t.Fatalf("first bind answered %d %v before the crash", r.Code, r.Body)
 	}
-	b.waitCrash()
-	b.start()
+	b.WaitCrash()
+	b.Start()
 	first := untilDone(t, b, "PUT", bind, bindBody, http.StatusOK, http.StatusCreated)
 	again := untilDone(t, b, "PUT", bind, bindBody, http.StatusOK)
-	c := first.creds()
-	if c == nil || again.creds()["secret_access_key"] != c["secret_access_key"] || again.creds()["access_key_id"] != c["access_key_id"] {
-		t.Fatalf("credentials differ between answers: %v / %v", c["access_key_id"], again.creds()["access_key_id"])
+	c := first.Creds()
+	if c == nil || again.Creds()["secret_access_key"] != c["secret_access_key"] || again.Creds()["access_key_id"] != c["access_key_id"] {
+		t.Fatalf("credentials differ between answers: %v / %v", c["access_key_id"], again.Creds()["access_key_id"])
 	}
-	keys := b.keys()
+	keys := keys(t, b)
 	if len(keys) != 1 {
 		t.Fatalf("users = %v, want one", keys)
 	}
@@ -108,57 +88,57 @@ func crashBind(t *testing.T, point string) {
 			t.Errorf("live keys = %v, want only the answered %v", ks, c["access_key_id"])
 		}
 	}
-	if err := works(b, c); err != nil {
+	if err := b.Backend.Works(c); err != nil {
 		t.Errorf("the answered credentials do not work: %v", err)
 	}
 }
 
 func crashDeprovision(t *testing.T, point string) {
 	b := newBroker(t)
-	b.start()
+	b.Start()
 	inst := "/v2/service_instances/i"
 	untilDone(t, b, "PUT", inst, provisionBody, http.StatusCreated)
-	c := untilDone(t, b, "PUT", inst+"/service_bindings/b", bindBody, http.StatusCreated).creds()
-	b.stop()
-	b.start(point)
-	if r := b.do("DELETE", inst+deleteQuery, nil); r.err == nil && point == "deprovision/record-written" {
-		t.Fatalf("delete answered %d before the crash", r.code)
+	c := untilDone(t, b, "PUT", inst+"/service_bindings/b", bindBody, http.StatusCreated).Creds()
+	b.Stop()
+	b.Start(point)
+	if r := b.Do("DELETE", inst+deleteQuery, nil); r.Err == nil && point == "deprovision/record-written" {
+		t.Fatalf("delete answered %d before the crash", r.Code)
 	}
-	b.waitCrash()
-	b.start()
+	b.WaitCrash()
+	b.Start()
 	// The resumed deprovision finishes by itself; the platform's re-sent
 	// DELETE gets 200 (it waited for it) or 410 (already done).
 	untilDone(t, b, "DELETE", inst+deleteQuery, nil, http.StatusOK, http.StatusGone)
 	untilDone(t, b, "DELETE", inst+deleteQuery, nil, http.StatusGone)
-	if got, k := b.buckets(), b.keys(); len(got) != 0 || len(k) != 0 {
+	if got, k := buckets(t, b), keys(t, b); len(got) != 0 || len(k) != 0 {
 		t.Errorf("left after deprovision: buckets %v, users %v", got, k)
 	}
-	if err := works(b, c); err == nil {
+	if err := b.Backend.Works(c); err == nil {
 		t.Error("the binding's key still works")
 	}
 }
 
 func crashUnbind(t *testing.T, point string) {
 	b := newBroker(t)
-	b.start()
+	b.Start()
 	inst := "/v2/service_instances/i"
 	bind := inst + "/service_bindings/b"
 	untilDone(t, b, "PUT", inst, provisionBody, http.StatusCreated)
-	c := untilDone(t, b, "PUT", bind, bindBody, http.StatusCreated).creds()
-	b.stop()
-	b.start(point)
-	b.do("DELETE", bind+deleteQuery, nil)
-	b.waitCrash()
-	b.start()
+	c := untilDone(t, b, "PUT", bind, bindBody, http.StatusCreated).Creds()
+	b.Stop()
+	b.Start(point)
+	b.Do("DELETE", bind+deleteQuery, nil)
+	b.WaitCrash()
+	b.Start()
 	untilDone(t, b, "DELETE", bind+deleteQuery, nil, http.StatusOK, http.StatusGone)
 	untilDone(t, b, "DELETE", bind+deleteQuery, nil, http.StatusGone)
-	if k := b.keys(); len(k) != 0 {
+	if k := keys(t, b); len(k) != 0 {
 		t.Errorf("users left after unbind: %v", k)
 	}
-	if err := works(b, c); err == nil {
+	if err := b.Backend.Works(c); err == nil {
 		t.Error("the unbound key still works")
 	}
-	if got := b.buckets(); len(got) != 1 {
+	if got := buckets(t, b); len(got) != 1 {
 		t.Errorf("buckets = %v, want the instance's one", got)
 	}
 }
@@ -168,21 +148,21 @@ func crashUnbind(t *testing.T, point string) {
 // answer from the stored records.
 func TestRestartKeepsEverything(t *testing.T) {
 	b := newBroker(t)
-	b.start()
+	b.Start()
 	inst := "/v2/service_instances/keep"
 	untilDone(t, b, "PUT", inst, provisionBody, http.StatusCreated)
-	c := untilDone(t, b, "PUT", inst+"/service_bindings/b", bindBody, http.StatusCreated).creds()
-	if err := works(b, c); err != nil {
+	c := untilDone(t, b, "PUT", inst+"/service_bindings/b", bindBody, http.StatusCreated).Creds()
+	if err := b.Backend.Works(c); err != nil {
 		t.Fatal(err)
 	}
-	b.stop()
-	b.start()
+	b.Stop()
+	b.Start()
 	untilDone(t, b, "PUT", inst, provisionBody, http.StatusOK)
-	again := untilDone(t, b, "PUT", inst+"/service_bindings/b", bindBody, http.StatusOK).creds()
+	again := untilDone(t, b, "PUT", inst+"/service_bindings/b", bindBody, http.StatusOK).Creds()
 	if again["secret_access_key"] != c["secret_access_key"] {
 		t.Error("credentials changed across a restart")
 	}
-	if err := works(b, again); err != nil {
+	if err := b.Backend.Works(again); err != nil {
 		t.Errorf("credentials do not work after a restart: %v", err)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bucketbroker/bucketbroker/test/harness"
 )
 
 // pgctl runs hack/postgres.sh for a cluster of this test's own, so that
@@ -43,24 +45,23 @@ func TestStoreOutage(t *testing.T) {
 	line := pgctl(t, "start", dir)
 	dsn := strings.Trim(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "export BUCKETBROKER_TEST_POSTGRES_DSN=")), "'")
 
-	b := newBroker(t)
-	b.args = []string{"--driver", "s3iam", "--s3-endpoint", ext.s3, "--iam-endpoint", ext.iam, "--path-style",
-		"--name-prefix", "o" + randomHex(3)}
-	b.env = []string{"BUCKETBROKER_STORE=" + dsn, "BUCKETBROKER_S3_ROOT_ACCESS_KEY=" + ext.ak, "BUCKETBROKER_S3_ROOT_SECRET_KEY=" + ext.sk}
-	b.start()
+	b := harness.External(t, binary, harness.Backend{S3: ext.s3, IAM: ext.iam, AccessKey: ext.ak, SecretKey: ext.sk,
+		Prefix: "o" + randomHex(3)})
+	b.Env = append(b.Env, "BUCKETBROKER_STORE="+dsn)
+	b.Start()
 	untilDone(t, b, "PUT", "/v2/service_instances/before", provisionBody, http.StatusCreated)
 
 	pgctl(t, "stop", dir)
 	start := time.Now()
-	r := b.do("PUT", "/v2/service_instances/during", provisionBody)
-	if r.code != http.StatusServiceUnavailable || r.body["description"] == nil {
-		t.Fatalf("provision while the database is down: %d %v %v, want 503 with a description", r.code, r.body, r.err)
+	r := b.Do("PUT", "/v2/service_instances/during", provisionBody)
+	if r.Code != http.StatusServiceUnavailable || r.Body["description"] == nil {
+		t.Fatalf("provision while the database is down: %d %v %v, want 503 with a description", r.Code, r.Body, r.Err)
 	}
 	if took := time.Since(start); took > 15*time.Second {
 		t.Errorf("the 503 took %v; it should fail fast", took)
 	}
-	if r := b.do("GET", "/readyz", nil); r.code != http.StatusServiceUnavailable {
-		t.Errorf("/readyz while the database is down = %d, want 503", r.code)
+	if r := b.Do("GET", "/readyz", nil); r.Code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz while the database is down = %d, want 503", r.Code)
 	}
 
 	u, err := url.Parse(dsn)

@@ -24,6 +24,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/bucketbroker/bucketbroker/test/harness"
 )
 
 // external names the shared servers replicas need: PostgreSQL and an S3 +
@@ -76,26 +78,8 @@ func freshSchema(t *testing.T, dsn string) string {
 type replica struct {
 	name, api string
 	cmd       *exec.Cmd
-	log       *lockedBuffer
+	log       *harness.LockedBuffer
 	done      chan struct{}
-}
-
-// lockedBuffer collects a process's output while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestReplicasExactlyOnce runs three replicas on one PostgreSQL database and
@@ -113,7 +97,7 @@ func TestReplicasExactlyOnce(t *testing.T) {
 	dead.Store(-1)
 	var replicas []*replica
 	for i := range 3 {
-		r := &replica{name: fmt.Sprintf("replica-%d", i), api: freeAddr(t), log: &lockedBuffer{}, done: make(chan struct{})}
+		r := &replica{name: fmt.Sprintf("replica-%d", i), api: harness.FreeAddr(t), log: &harness.LockedBuffer{}, done: make(chan struct{})}
 		r.cmd = exec.Command(binary, "serve", "--driver", "s3iam", "--s3-endpoint", ext.s3, "--iam-endpoint", ext.iam,
 			"--path-style", "--listen", r.api, "--data-dir", t.TempDir(), "--encryption-key-file", keyFile,
 			"--name-prefix", prefix, "--replica-id", r.name, "--lease-ttl", "3s", "--log-format", "text")
@@ -146,7 +130,7 @@ func TestReplicasExactlyOnce(t *testing.T) {
 			_ = r.cmd.Process.Kill()
 			<-r.done
 			if t.Failed() {
-				t.Logf("%s log (tail):\n%s", r.name, tail(r.log.String(), 3000))
+				t.Logf("%s log (tail):\n%s", r.name, harness.Tail(r.log.String(), 3000))
 			}
 		}
 	})
@@ -345,11 +329,4 @@ func waitHealthy(t *testing.T, r *replica) {
 		}
 	}
 	t.Fatalf("%s not ready in 30s:\n%s", r.name, r.log)
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }

@@ -1,0 +1,96 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+// Backend is an S3 + IAM endpoint and its root keys, seen from the test.
+type Backend struct {
+	S3, IAM              string // URLs
+	AccessKey, SecretKey string
+	// Prefix, when set, starts the names of what the broker under test
+	// makes there; listings only count those.
+	Prefix string
+}
+
+func (be Backend) ours(name string) bool {
+	return be.Prefix == "" || strings.HasPrefix(name, be.Prefix+"-")
+}
+
+func (be Backend) s3(ak, sk string) *s3.Client {
+	return s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(be.S3), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(ak, sk, "")})
+}
+
+// Buckets lists the buckets that are ours.
+func (be Backend) Buckets() ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := be.s3(be.AccessKey, be.SecretKey).ListBuckets(ctx, &s3.ListBucketsInput{})
+	if err != nil {
+		return nil, fmt.Errorf("list buckets: %w", err)
+	}
+	var names []string
+	for _, x := range out.Buckets {
+		if n := aws.ToString(x.Name); be.ours(n) {
+			names = append(names, n)
+		}
+	}
+	return names, nil
+}
+
+// Keys maps every backend user that is ours to its access key ids.
+func (be Backend) Keys() (map[string][]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := iam.New(iam.Options{Region: "us-east-1", BaseEndpoint: aws.String(be.IAM),
+		Credentials: credentials.NewStaticCredentialsProvider(be.AccessKey, be.SecretKey, "")})
+	out, err := c.ListUsers(ctx, &iam.ListUsersInput{})
+	if err != nil {
+		return nil, fmt.Errorf("list users: %w", err)
+	}
+	m := map[string][]string{}
+	for _, u := range out.Users {
+		name := aws.ToString(u.UserName)
+		if !be.ours(name) {
+			continue
+		}
+		ks, err := c.ListAccessKeys(ctx, &iam.ListAccessKeysInput{UserName: u.UserName})
+		if err != nil {
+			return nil, fmt.Errorf("list access keys of %s: %w", name, err)
+		}
+		m[name] = []string{}
+		for _, k := range ks.AccessKeyMetadata {
+			m[name] = append(m[name], aws.ToString(k.AccessKeyId))
+		}
+	}
+	return m, nil
+}
+
+// Works writes an object with a binding's credentials into its bucket and
+// deletes it again, so that the bucket stays empty for a deprovision.
+func (be Backend) Works(c map[string]any) error {
+	ak, _ := c["access_key_id"].(string)
+	sk, _ := c["secret_access_key"].(string)
+	bucket, _ := c["bucket"].(string)
+	if ak == "" || sk == "" || bucket == "" {
+		return fmt.Errorf("credentials lack a key or a bucket: %v", c["access_key_id"])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c3 := be.s3(ak, sk)
+	if _, err := c3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket),
+		Key: aws.String("harness"), Body: strings.NewReader("x")}); err != nil {
+		return err
+	}
+	_, err := c3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String("harness")})
+	return err
+}

@@ -1,0 +1,215 @@
+package harness
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
+)
+
+// The broker's OSB credentials and the embedded backend's root keys in every
+// test: fixed, so that a restarted process serves the same data dir.
+const (
+	User   = "e2e"
+	Pass   = "e2e-password"
+	RootAK = "E2EROOTACCESSKEY0001"
+	RootSK = "e2erootsecretkeythatislongenoughtobeok1"
+)
+
+// Build builds the bucketbroker binary into dir and returns its path. Call
+// it from TestMain: a test package builds it once.
+func Build(dir string) (string, error) {
+	bin := filepath.Join(dir, "bucketbroker")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/bucketbroker/bucketbroker/cmd/bucketbroker")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build bucketbroker: %w", err)
+	}
+	return bin, nil
+}
+
+// FreeAddr returns a loopback address nothing listens on right now.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Broker is one bucketbroker process. Its ports and data dir survive
+// restarts, as they would for a platform.
+type Broker struct {
+	t       testing.TB
+	binary  string
+	DataDir string
+	// API is the OSB address (host:port).
+	API string
+	// Backend is where the broker keeps buckets and users: the embedded
+	// server on addresses of its own, or an external one (see External).
+	Backend Backend
+	// Args and Env are added to every start (another driver or store).
+	Args, Env []string
+
+	embedded     bool
+	s3Ad, iamAdr string
+	cmd          *exec.Cmd
+	exited       chan error
+	log          *LockedBuffer
+}
+
+// New returns a broker on the embedded S3 + IAM server and SQLite, in a
+// fresh data dir. It is stopped when the test ends, and its log is shown if
+// the test failed.
+func New(t testing.TB, binary string) *Broker {
+	b := &Broker{t: t, binary: binary, DataDir: t.TempDir(), API: FreeAddr(t), embedded: true,
+		s3Ad: FreeAddr(t), iamAdr: FreeAddr(t), log: &LockedBuffer{}}
+	b.Backend = Backend{S3: "http://" + b.s3Ad, IAM: "http://" + b.iamAdr, AccessKey: RootAK, SecretKey: RootSK}
+	t.Cleanup(func() {
+		b.Stop()
+		if t.Failed() {
+			t.Logf("broker log (tail):\n%s", Tail(b.Log(), 6000))
+		}
+	})
+	return b
+}
+
+// External returns a broker on the s3iam driver against backend, with its
+// own SQLite store. Its names start with backend.Prefix, which should be
+// set when the backend is shared.
+func External(t testing.TB, binary string, backend Backend) *Broker {
+	b := New(t, binary)
+	b.embedded = false
+	b.Backend = backend
+	b.Args = []string{"--driver", "s3iam", "--s3-endpoint", backend.S3, "--iam-endpoint", backend.IAM, "--path-style"}
+	if backend.Prefix != "" {
+		b.Args = append(b.Args, "--name-prefix", backend.Prefix)
+	}
+	b.Env = []string{"BUCKETBROKER_S3_ROOT_ACCESS_KEY=" + backend.AccessKey, "BUCKETBROKER_S3_ROOT_SECRET_KEY=" + backend.SecretKey}
+	return b
+}
+
+// Log returns everything the process (all its runs) wrote.
+func (b *Broker) Log() string { return b.log.String() }
+
+// Start runs the broker, with crash points armed if any are given, and
+// waits until it serves.
+func (b *Broker) Start(crashAt ...string) {
+	b.t.Helper()
+	if err := b.TryStart(crashAt...); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// TryStart is Start that reports instead of failing the test.
+func (b *Broker) TryStart(crashAt ...string) error {
+	fmt.Fprintf(b.log, "=== start %s (crash at %q)\n", time.Now().Format(time.StampMilli), crashAt)
+	b.cmd = exec.Command(b.binary, "serve", "--listen", b.API, "--data-dir", b.DataDir, "--log-format", "text")
+	if b.embedded {
+		b.cmd.Args = append(b.cmd.Args, "--s3-listen", b.s3Ad, "--iam-listen", b.iamAdr)
+	}
+	b.cmd.Args = append(b.cmd.Args, b.Args...)
+	b.cmd.Env = append(os.Environ(), "BUCKETBROKER_USERNAME="+User, "BUCKETBROKER_PASSWORD="+Pass,
+		"BUCKETBROKER_S3_ROOT_ACCESS_KEY="+RootAK, "BUCKETBROKER_S3_ROOT_SECRET_KEY="+RootSK,
+		crashpoint.EnvVar+"="+strings.Join(crashAt, ","))
+	b.cmd.Env = append(b.cmd.Env, b.Env...) // later entries win
+	b.cmd.Stdout, b.cmd.Stderr = b.log, b.log
+	if err := b.cmd.Start(); err != nil {
+		return err
+	}
+	b.exited = make(chan error, 1)
+	go func(c *exec.Cmd, ch chan error) { ch <- c.Wait() }(b.cmd, b.exited)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get("http://" + b.API + "/healthz"); err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		select {
+		case err := <-b.exited:
+			b.cmd = nil
+			return fmt.Errorf("broker exited at start: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("broker did not serve within 30s")
+}
+
+// WaitCrash waits for the process to exit at a crash point.
+func (b *Broker) WaitCrash() {
+	b.t.Helper()
+	if err := b.TryWaitCrash(30 * time.Second); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// TryWaitCrash waits up to d for the process to exit at a crash point and
+// reports whether it did.
+func (b *Broker) TryWaitCrash(d time.Duration) error {
+	if b.cmd == nil {
+		return fmt.Errorf("broker is not running")
+	}
+	select {
+	case err := <-b.exited:
+		b.cmd = nil
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != crashpoint.ExitCode {
+			return fmt.Errorf("broker exited with %v, want exit code %d at a crash point", err, crashpoint.ExitCode)
+		}
+		return nil
+	case <-time.After(d):
+		return fmt.Errorf("broker did not reach its crash point within %s", d)
+	}
+}
+
+// Stop stops the broker gracefully (SIGTERM), as a rolling restart would.
+func (b *Broker) Stop() {
+	if b.cmd == nil {
+		return
+	}
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-b.exited:
+	case <-time.After(20 * time.Second):
+		_ = b.cmd.Process.Kill()
+		<-b.exited
+	}
+	b.cmd = nil
+}
+
+// LockedBuffer collects a process's output while the test reads it.
+type LockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *LockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *LockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Tail returns the last n bytes of s.
+func Tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}

@@ -1,0 +1,9 @@
+// Package harness runs the bucketbroker binary for whole-system tests: it
+// builds the binary once per test package, starts and stops it (or lets it
+// die at a crash point) on a data dir that survives restarts, speaks OSB to
+// it as a platform would, and inspects the S3 + IAM backend behind it by
+// listing, the way an operator would check for leaks.
+//
+// It is test support only: test/e2e and test/crash import it, nothing that
+// ships does.
+package harness
