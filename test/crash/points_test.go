@@ -56,7 +56,7 @@ func opsAt(point string) []string {
 
 type cell struct {
 	point, op string
-	async bool
+	async     bool
 }
 
 func (c cell) String() string {
