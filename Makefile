@@ -23,6 +23,10 @@ test: lint ## Lint, then run every test (race detector on) against real servers 
 test-quick: ## Run the tests without the race detector and without external servers (those tests skip)
 	$(GO) test -count=1 ./...
 
+.PHONY: test-crash
+test-crash: ## Run the exactly-once proof (crash points, duplicate storms, backend outage); prints the table of docs/guarantees.md
+	BUCKETBROKER_TEST_VERSITYGW=$$(hack/versitygw.sh build) $(GO) test -count=1 -v -timeout 15m ./test/crash
+
 .PHONY: generate
 generate: ## Regenerate deepcopy code and CRD YAML from api/ (controller-gen, cached)
 	hack/generate.sh
