@@ -24,21 +24,19 @@ import (
 // not cleaned yet.
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (reconcile.Result, error) {
 	c := s.claim
-	if !controllerutil.ContainsFinalizer(c, Finalizer) {
+	if !controllerutil.ContainsFinalizer(c, Finalizer) || r.finalized.has(c.UID) {
 		s.stopped = true
 		return reconcile.Result{}, nil
 	}
 	s.phase, s.reason, s.message = obv1.PhaseReleased, ReasonDeleting, "revoking access and deleting the bucket per reclaim policy"
 
 	ob := &obv1.ObjectBucket{}
-	err := r.reader.Get(ctx, types.NamespacedName{Name: ObjectBucketName(c.UID)}, ob)
+	found, err := r.getCachedFirst(ctx, types.NamespacedName{Name: ObjectBucketName(c.UID)}, ob)
 	switch {
-	case apierrors.IsNotFound(err):
-		ob = nil
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("get object bucket: %w", err)
-	case ob.Spec.ClaimRef == nil || ob.Spec.ClaimRef.UID != c.UID:
-		ob = nil // not this claim's: never touched
+	case !found, ob.Spec.ClaimRef == nil || ob.Spec.ClaimRef.UID != c.UID:
+		ob = nil // none, or not this claim's: never touched
 	}
 	if ob != nil && controllerutil.ContainsFinalizer(ob, Finalizer) {
 		if err := r.cleanBackend(ctx, s, planOf(ob)); err != nil {
@@ -51,10 +49,11 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (reconcile.R
 	}
 
 	// The Secret, the ConfigMap and the ObjectBucket, each only if ours;
-	// then wait until a Get says each is gone.
+	// the claim keeps its finalizer until the API server says each is gone.
+	key := client.ObjectKeyFromObject(c)
 	objs := []client.Object{
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name}},
-		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}},
 	}
 	if ob != nil {
 		objs = append(objs, ob)
@@ -74,11 +73,10 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (reconcile.R
 		return reconcile.Result{RequeueAfter: goneRetry}, nil
 	}
 
-	base := c.DeepCopy()
-	controllerutil.RemoveFinalizer(c, Finalizer)
-	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.removeFinalizer(ctx, c); err != nil && !apierrors.IsNotFound(err) {
 		return r.quiet(ctx, fmt.Errorf("remove claim finalizer: %w", err))
 	}
+	r.finalized.done(c.UID)
 	s.stopped = true // the claim is gone: no status to write
 	logf.FromContext(ctx).Info("Claim deleted")
 	return reconcile.Result{}, nil
@@ -119,26 +117,61 @@ func (r *Reconciler) cleanBackend(ctx context.Context, s *scope, p plan) error {
 	return r.hit(s, "bucket-deleted")
 }
 
+// getCachedFirst reads key from the cache and, when the cache has no such
+// object, from the API server: the cache may not have seen an object
+// created a moment ago, and a Secret or ConfigMap without our label is
+// never in it.
+func (r *Reconciler) getCachedFirst(ctx context.Context, key client.ObjectKey, obj client.Object) (bool, error) {
+	err := r.client.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) {
+		err = r.reader.Get(ctx, key, obj)
+	}
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("get %s: %w", key, err)
+	}
+	return true, nil
+}
+
 // deleteOwned deletes obj if it is this claim's (or, for the ObjectBucket,
-// bound to it), dropping our finalizer, and reports whether a Get says it
-// is gone.
+// bound to it), dropping our finalizer first, and reports whether the API
+// server says it is gone.
+//
+// Two requests in the usual case: the finalizer patch, whose answer shows
+// whether any finalizer is left, and a delete preconditioned on the
+// resourceVersion that answer carries. None of these kinds has a grace
+// period, so a successful delete of an object without finalizers removes it
+// in that request: the delete's answer says it is gone, and no Get has to
+// ask again. An object still held (someone else's finalizer) is asked
+// about with a Get on later passes.
 func (r *Reconciler) deleteOwned(ctx context.Context, s *scope, obj client.Object) (bool, error) {
 	if _, isOB := obj.(*obv1.ObjectBucket); !isOB {
-		err := r.reader.Get(ctx, client.ObjectKeyFromObject(obj), obj)
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		if err != nil {
-			return false, fmt.Errorf("get %s: %w", client.ObjectKeyFromObject(obj), err)
+		found, err := r.getCachedFirst(ctx, client.ObjectKeyFromObject(obj), obj)
+		if err != nil || !found {
+			return !found, err
 		}
 		if !metav1.IsControlledBy(obj, s.claim) {
 			return true, nil // a user's object: not ours to delete
 		}
 	}
-	if obj.GetDeletionTimestamp().IsZero() {
-		if err := r.client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
-			return false, fmt.Errorf("delete %s: %w", client.ObjectKeyFromObject(obj), err)
+	if err := r.removeFinalizer(ctx, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return true, nil
 		}
+		return false, fmt.Errorf("remove finalizer of %s: %w", client.ObjectKeyFromObject(obj), err)
 	}
-	return r.release(ctx, obj)
+	if !obj.GetDeletionTimestamp().IsZero() {
+		return r.gone(ctx, obj) // deleted before, held by another finalizer
+	}
+	uid, rv := obj.GetUID(), obj.GetResourceVersion()
+	err := r.client.Delete(ctx, obj, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("delete %s: %w", client.ObjectKeyFromObject(obj), err)
+	}
+	return len(obj.GetFinalizers()) == 0, nil
 }

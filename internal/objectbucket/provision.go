@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -293,14 +295,28 @@ func (r *Reconciler) stamped(obj client.Object) bool {
 // release lets a terminating object of ours go (drops our finalizer) and
 // waits until a Get says it is gone, so that it can be created again.
 func (r *Reconciler) release(ctx context.Context, obj client.Object) (gone bool, err error) {
-	if controllerutil.ContainsFinalizer(obj, Finalizer) {
-		base := obj.DeepCopyObject().(client.Object)
-		controllerutil.RemoveFinalizer(obj, Finalizer)
-		if err := r.client.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
-			return false, fmt.Errorf("remove finalizer of %s: %w", client.ObjectKeyFromObject(obj), err)
-		}
+	if err := r.removeFinalizer(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+		return false, fmt.Errorf("remove finalizer of %s: %w", client.ObjectKeyFromObject(obj), err)
 	}
 	return r.gone(ctx, obj)
+}
+
+// removeFinalizer drops our finalizer from obj with a JSON patch that
+// tests the entry it removes: it needs no resourceVersion, so an object
+// read from a cache a write behind is not a conflict, and it never drops
+// another controller's finalizer. obj is updated from the answer. A stale
+// index fails the test (Invalid); the pass is retried.
+func (r *Reconciler) removeFinalizer(ctx context.Context, obj client.Object) error {
+	i := slices.Index(obj.GetFinalizers(), Finalizer)
+	if i < 0 {
+		return nil
+	}
+	patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`, i, Finalizer, i)
+	err := r.client.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, []byte(patch)))
+	if apierrors.IsInvalid(err) {
+		return apierrors.NewConflict(schema.GroupResource{}, obj.GetName(), err)
+	}
+	return err
 }
 
 // gone asks the API server (not the cache) whether obj is gone.
@@ -407,13 +423,30 @@ func (r *Reconciler) configMapData(s *scope) map[string]string {
 	}
 }
 
+// ensureConfigMap writes the ConfigMap. Unlike the Secret it holds nothing
+// that must not be made in vain, so a ConfigMap the cache does not have is
+// created at once; only a name already taken (someone else's ConfigMap, or
+// ours that the cache has not seen yet) costs a read from the API server.
 func (r *Reconciler) ensureConfigMap(ctx context.Context, s *scope) (reconcile.Result, error) {
+	want := r.configMapData(s)
 	cm := &corev1.ConfigMap{}
+	err := r.client.Get(ctx, client.ObjectKeyFromObject(s.claim), cm)
+	if apierrors.IsNotFound(err) {
+		cm = &corev1.ConfigMap{Data: want}
+		r.stamp(s, cm)
+		err = r.client.Create(ctx, cm)
+		if err == nil {
+			return reconcile.Result{}, r.hit(s, "configmap-written")
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return reconcile.Result{}, fmt.Errorf("create config map: %w", err)
+		}
+	}
+	cm = &corev1.ConfigMap{}
 	own, err := r.lookup(ctx, s, cm)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	want := r.configMapData(s)
 	switch own {
 	case foreign:
 		s.fail(ReasonSecretConflict, fmt.Sprintf("ConfigMap %s exists and is not owned by this claim; it was left untouched", s.claim.Name))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -68,6 +70,34 @@ const (
 	indexStorageClass = "spec.storageClassName"
 )
 
+// Throughput defaults, measured by BenchmarkClaimLifecycle
+// (docs/performance.md): a few hundred claims created at once bind within
+// seconds instead of queueing behind client-side limits made for a single
+// slow watcher. The API server's priority and fairness still protects it.
+const (
+	// DefaultQPS and DefaultBurst are the client-side limits of the
+	// client NewClient makes (controller-runtime keeps one limiter per
+	// resource).
+	DefaultQPS   = 200
+	DefaultBurst = 400
+	// DefaultMaxConcurrentReconciles is the number of claims handled at
+	// once: each pass mostly waits on the backend and the API server.
+	DefaultMaxConcurrentReconciles = 10
+)
+
+// NewClient is a client.NewClientFunc (ctrl.Options.NewClient) that raises
+// the config's client-side limits to DefaultQPS and DefaultBurst.
+func NewClient(cfg *rest.Config, o client.Options) (client.Client, error) {
+	cfg = rest.CopyConfig(cfg)
+	if cfg.QPS >= 0 && cfg.QPS < DefaultQPS {
+		cfg.QPS = DefaultQPS
+	}
+	if cfg.Burst < DefaultBurst {
+		cfg.Burst = DefaultBurst
+	}
+	return client.New(cfg, o)
+}
+
 // Options configure a Reconciler.
 type Options struct {
 	// ProvisionerName is the StorageClass provisioner whose claims this
@@ -81,7 +111,8 @@ type Options struct {
 	BucketPort int32
 	Region     string
 	SubRegion  string
-	// MaxConcurrentReconciles bounds parallel claims; 0 means 10.
+	// MaxConcurrentReconciles bounds parallel claims; 0 means
+	// DefaultMaxConcurrentReconciles.
 	MaxConcurrentReconciles int
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
@@ -96,6 +127,11 @@ type Reconciler struct {
 	recorder events.EventRecorder
 	opts     Options
 	label    string
+
+	// finalized holds the claims whose finalizer this process removed, so
+	// that the passes their last writes trigger, which read a cache that
+	// has not yet seen the claim go, send nothing.
+	finalized finalizedSet
 
 	// afterWrite, when set (tests only), is called after each named write;
 	// an error stops the pass at once, as a crash there would.
@@ -114,7 +150,7 @@ func NewReconciler(mgr ctrl.Manager, drv driver.Driver, opts Options) (*Reconcil
 		return nil, err
 	}
 	if opts.MaxConcurrentReconciles <= 0 {
-		opts.MaxConcurrentReconciles = 10
+		opts.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
 	}
 	return &Reconciler{
 		client:   mgr.GetClient(),
@@ -183,6 +219,40 @@ func (r *Reconciler) claimsOfClass(ctx context.Context, o client.Object) []recon
 		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
 	}
 	return reqs
+}
+
+// finalizedSet is an expectation in the sense of Kubernetes' own
+// controllers: what this process knows it has written and its cache may not
+// show yet. A claim whose finalizer is removed is gone or going; an entry
+// only stops passes that would find nothing to do once the cache caught up.
+type finalizedSet struct {
+	mu   sync.Mutex
+	uids map[types.UID]time.Time
+}
+
+// finalizedTTL is longer than any cache lag worth waiting for.
+const finalizedTTL = time.Minute
+
+func (f *finalizedSet) done(uid types.UID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	if f.uids == nil {
+		f.uids = map[types.UID]time.Time{}
+	}
+	for u, at := range f.uids {
+		if now.Sub(at) > finalizedTTL {
+			delete(f.uids, u)
+		}
+	}
+	f.uids[uid] = now
+}
+
+func (f *finalizedSet) has(uid types.UID) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.uids[uid]
+	return ok
 }
 
 // scope is what one pass over one claim knows.

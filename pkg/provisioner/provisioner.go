@@ -16,6 +16,14 @@ import (
 // leaves it empty.
 const DefaultName = objectbucket.DefaultProvisionerName
 
+// Client-side limits of the client ManagerOptions makes: a request rate
+// the API server's priority and fairness handles, well above what one
+// claim's lifecycle (about 15 requests) times a burst of claims needs.
+const (
+	ClientQPS   = objectbucket.DefaultQPS
+	ClientBurst = objectbucket.DefaultBurst
+)
+
 // Options configure a Provisioner.
 type Options struct {
 	// Name is the StorageClass provisioner whose claims are served, e.g.
@@ -31,7 +39,8 @@ type Options struct {
 	Port      int32
 	Region    string
 	SubRegion string
-	// MaxConcurrentReconciles bounds claims handled in parallel; 0 means 10.
+	// MaxConcurrentReconciles bounds claims handled in parallel; 0 means
+	// objectbucket's default (see docs/performance.md).
 	MaxConcurrentReconciles int
 }
 
@@ -88,8 +97,10 @@ func Scheme() (*runtime.Scheme, error) {
 // ManagerOptions returns manager options for the provisioner name: the
 // Scheme, and a cache that holds only Secrets and ConfigMaps labelled
 // bucket-provisioner=<name>, so the controller never keeps the cluster's
-// other Secrets in memory. Callers add metrics, health and leader election
-// settings.
+// other Secrets in memory; and a client whose client-side rate limits are
+// raised to ClientQPS and ClientBurst, so that hundreds of claims created
+// at once bind in seconds (docs/performance.md). Callers add metrics,
+// health and leader election settings.
 func ManagerOptions(name string) (ctrl.Options, error) {
 	if name == "" {
 		name = DefaultName
@@ -98,7 +109,7 @@ func ManagerOptions(name string) (ctrl.Options, error) {
 	if err != nil {
 		return ctrl.Options{}, err
 	}
-	return ctrl.Options{Scheme: s, Cache: objectbucket.CacheOptions(name)}, nil
+	return ctrl.Options{Scheme: s, Cache: objectbucket.CacheOptions(name), NewClient: objectbucket.NewClient}, nil
 }
 
 // LabelValue is the value of the bucket-provisioner label on the objects

@@ -43,5 +43,8 @@ func TestManagerOptionsSelectLabelledObjects(t *testing.T) {
 			t.Errorf("%T cache selector = %q", obj, got)
 		}
 	}
+	if o.NewClient == nil {
+		t.Errorf("NewClient unset: the manager's client keeps the caller's client-side limits, not ClientQPS/ClientBurst")
+	}
 	_ = context.Background()
 }

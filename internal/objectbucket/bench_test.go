@@ -1,0 +1,355 @@
+package objectbucket
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+// benchClaims is how many claims BenchmarkClaimLifecycle creates; bounded
+// so that a typo cannot fill etcd.
+var benchClaims = flag.Int("claims", 500, "BenchmarkClaimLifecycle: claims to create (1-5000)")
+
+// requestCounter is a counting http.RoundTripper: the API requests the
+// manager sends, by verb and resource, for the phase being measured.
+type requestCounter struct {
+	next  http.RoundTripper
+	mu    sync.Mutex
+	byKey map[string]int
+	total atomic.Int64
+}
+
+func (c *requestCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	key := req.Method + " " + resourceOf(req.URL.Path)
+	if req.URL.Query().Get("watch") == "true" {
+		key = "WATCH " + resourceOf(req.URL.Path)
+	}
+	c.mu.Lock()
+	if c.byKey == nil {
+		c.byKey = map[string]int{}
+	}
+	c.byKey[key]++
+	c.mu.Unlock()
+	c.total.Add(1)
+	return c.next.RoundTrip(req)
+}
+
+// take returns the count since the last take and what it was made of.
+func (c *requestCounter) take() (int64, map[string]int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	by := c.byKey
+	c.byKey = nil
+	return c.total.Swap(0), by
+}
+
+// resourceOf reduces an API path to its resource (and subresource):
+// /api/v1/namespaces/ns/secrets/name -> secrets,
+// /apis/objectbucket.io/v1alpha1/namespaces/ns/objectbucketclaims/x/status
+// -> objectbucketclaims/status.
+func resourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) > 0 && parts[0] == "api":
+		parts = parts[min(2, len(parts)):]
+	case len(parts) > 0 && parts[0] == "apis":
+		parts = parts[min(3, len(parts)):]
+	}
+	if len(parts) >= 2 && parts[0] == "namespaces" {
+		parts = parts[2:]
+	}
+	switch len(parts) {
+	case 0:
+		return path
+	case 1, 2:
+		return parts[0]
+	default:
+		return parts[0] + "/" + parts[2]
+	}
+}
+
+func formatCounts(by map[string]int, n int) string {
+	keys := make([]string, 0, len(by))
+	for k := range by {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "\n    %-45s %6d  %.2f/claim", k, by[k], float64(by[k])/float64(n))
+	}
+	return b.String()
+}
+
+// backendCounter counts the driver calls that create something.
+type backendCounter struct {
+	driver.Driver
+	buckets, credentials atomic.Int64
+}
+
+func (d *backendCounter) EnsureBucket(ctx context.Context, spec driver.BucketSpec) error {
+	d.buckets.Add(1)
+	return d.Driver.EnsureBucket(ctx, spec)
+}
+
+func (d *backendCounter) EnsureCredential(ctx context.Context, spec driver.CredentialSpec) (driver.Credential, error) {
+	d.credentials.Add(1)
+	return d.Driver.EnsureCredential(ctx, spec)
+}
+
+// startBenchManager runs a manager configured as `bucketbroker controller`
+// configures its own (ManagerOptions' client, the Reconciler's defaults),
+// with its transport counted by rc.
+func startBenchManager(b *testing.B, provisioner string, drv driver.Driver, rc *requestCounter) *controllerRun {
+	b.Helper()
+	cfg := rest.CopyConfig(restConfig)
+	// What `bucketbroker controller` sets on its kubeconfig.
+	cfg.QPS, cfg.Burst = 50, 100
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { rc.next = rt; return rc })
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 testScheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  CacheOptions(provisioner),
+		NewClient:              NewClient,
+	})
+	if err != nil {
+		b.Fatalf("new manager: %v", err)
+	}
+	r, err := NewReconciler(mgr, drv, Options{
+		ProvisionerName: provisioner, Prefix: testPrefix, BucketHost: "s3.test", BucketPort: 9000,
+		Region: "us-east-1", SkipNameValidation: true,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	run := &controllerRun{provisioner: provisioner, cancel: cancel, done: make(chan error, 1)}
+	go func() { run.done <- mgr.Start(ctx) }()
+	b.Cleanup(run.stop)
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		b.Fatal("manager cache never synced")
+	}
+	return run
+}
+
+// reconciles is how many passes the objectbucketclaim controllers of this
+// process have run (all managers: the counter is process-wide).
+func reconciles(b *testing.B) float64 {
+	b.Helper()
+	mfs, err := metrics.Registry.Gather()
+	if err != nil {
+		b.Fatalf("gather metrics: %v", err)
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == "objectbucketclaim" {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
+}
+
+// BenchmarkClaimLifecycle creates -claims claims at once on envtest with the
+// embedded S3 server and reports how long until all are Bound and, after
+// deleting them, until all are gone, and the API requests the controller
+// sent per claim for each half. In between the manager is restarted against
+// the same backend and the backend create calls it makes are counted: for
+// claims already Bound the target is none.
+//
+//	hack/with-test-servers.sh go test -count=1 -run '^$' -bench ClaimLifecycle -benchtime 1x ./internal/objectbucket/ -claims 500
+func BenchmarkClaimLifecycle(b *testing.B) {
+	if k8s == nil {
+		b.Skip("KUBEBUILDER_ASSETS is unset; run through hack/with-test-servers.sh")
+	}
+	n := *benchClaims
+	if n < 1 || n > 5000 {
+		b.Fatalf("-claims %d: want 1 to 5000", n)
+	}
+	for range b.N {
+		benchLifecycle(b, n)
+	}
+}
+
+func benchLifecycle(b *testing.B, n int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	// The benchmark's own client: not counted, and not what is measured,
+	// so not rate limited.
+	cfg := rest.CopyConfig(restConfig)
+	cfg.QPS = -1
+	kc, err := client.New(cfg, client.Options{Scheme: testScheme})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "obc-bench-"}}
+	if err := kc.Create(ctx, ns); err != nil {
+		b.Fatal(err)
+	}
+	prov := newProvisioner()
+	reclaim := corev1.PersistentVolumeReclaimDelete
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{GenerateName: "bb-bench-"}, Provisioner: prov, ReclaimPolicy: &reclaim}
+	if err := kc.Create(ctx, sc); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = kc.Delete(context.Background(), sc) }()
+	class := sc.Name
+
+	rc := &requestCounter{}
+	drv := &backendCounter{Driver: backend.drv}
+	first := startBenchManager(b, prov, drv, rc)
+	rc.take() // cache start-up
+
+	start := time.Now()
+	if err := parallel(n, 16, func(i int) error {
+		return kc.Create(ctx, newClaim(ns.Name, fmt.Sprintf("bench-%04d", i), class, nil))
+	}); err != nil {
+		b.Fatalf("create claims: %v", err)
+	}
+	created := time.Since(start)
+	waitClaims(ctx, b, kc, ns.Name, "Bound", func(l *obv1.ObjectBucketClaimList) bool {
+		bound := 0
+		for _, c := range l.Items {
+			if c.Status.Phase == obv1.PhaseBound {
+				bound++
+			}
+		}
+		return bound == n
+	})
+	toBound := time.Since(start)
+	// Passes that the last writes trigger are part of the lifecycle.
+	settle(ctx, rc)
+	createReqs, createBy := rc.take()
+
+	// Restart: a new manager on the same backend.
+	first.stop()
+	rc2 := &requestCounter{}
+	drv2 := &backendCounter{Driver: backend.drv}
+	before := reconciles(b)
+	restartAt := time.Now()
+	second := startBenchManager(b, prov, drv2, rc2)
+	waitUntil(ctx, b, "the restarted manager to reconcile every claim", func() bool { return reconciles(b)-before >= float64(n) })
+	restartTook := time.Since(restartAt)
+	settle(ctx, rc2)
+	restartReqs, restartBy := rc2.take()
+	restartCreates := drv2.buckets.Load() + drv2.credentials.Load()
+	rc = rc2
+
+	start = time.Now()
+	if err := kc.DeleteAllOf(ctx, &obv1.ObjectBucketClaim{}, client.InNamespace(ns.Name)); err != nil {
+		b.Fatal(err)
+	}
+	waitClaims(ctx, b, kc, ns.Name, "gone", func(l *obv1.ObjectBucketClaimList) bool { return len(l.Items) == 0 })
+	toDeleted := time.Since(start)
+	settle(ctx, rc)
+	deleteReqs, deleteBy := rc.take()
+	second.stop()
+
+	per := func(v int64) float64 { return float64(v) / float64(n) }
+	b.ReportMetric(toBound.Seconds(), "s-to-bound")
+	b.ReportMetric(toDeleted.Seconds(), "s-to-deleted")
+	b.ReportMetric(per(createReqs+deleteReqs), "api-requests/claim")
+	b.ReportMetric(per(createReqs), "create-requests/claim")
+	b.ReportMetric(per(deleteReqs), "delete-requests/claim")
+	b.ReportMetric(float64(restartCreates), "backend-creates-on-restart")
+	b.ReportMetric(0, "ns/op") // the phases above are the measure
+	b.Logf("%d claims: created by the benchmark in %s, all Bound after %s, all gone %s after deletion; backend calls while binding: %d EnsureBucket, %d EnsureCredential",
+		n, created.Round(time.Millisecond), toBound.Round(time.Millisecond), toDeleted.Round(time.Millisecond), drv.buckets.Load(), drv.credentials.Load())
+	b.Logf("create: %d requests (%.2f/claim)%s", createReqs, per(createReqs), formatCounts(createBy, n))
+	b.Logf("restart: every claim reconciled %s after the new manager started; %d requests; backend create calls: %d EnsureBucket, %d EnsureCredential%s",
+		restartTook.Round(time.Millisecond), restartReqs, drv2.buckets.Load(), drv2.credentials.Load(), formatCounts(restartBy, n))
+	b.Logf("delete: %d requests (%.2f/claim)%s", deleteReqs, per(deleteReqs), formatCounts(deleteBy, n))
+}
+
+// settle waits until the manager has sent no request for a second: the
+// passes that its own last writes trigger count too.
+func settle(ctx context.Context, rc *requestCounter) {
+	last := rc.total.Load()
+	for ctx.Err() == nil {
+		time.Sleep(time.Second)
+		cur := rc.total.Load()
+		if cur == last {
+			return
+		}
+		last = cur
+	}
+}
+
+func parallel(n, workers int, f func(i int) error) error {
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	var (
+		mu       sync.Mutex
+		firstErr error
+	)
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := f(i); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return firstErr
+}
+
+func waitClaims(ctx context.Context, b *testing.B, kc client.Client, ns, what string, done func(*obv1.ObjectBucketClaimList) bool) {
+	b.Helper()
+	waitUntil(ctx, b, "claims "+what, func() bool {
+		var l obv1.ObjectBucketClaimList
+		if err := kc.List(ctx, &l, client.InNamespace(ns)); err != nil {
+			return false
+		}
+		return done(&l)
+	})
+}
+
+func waitUntil(ctx context.Context, b *testing.B, what string, cond func() bool) {
+	b.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		b.Fatalf("waiting for %s: %v", what, err)
+	}
+}
