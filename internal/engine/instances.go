@@ -64,7 +64,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 		}
 		if errors.Is(err, ErrNotFound) {
 			fresh := e.newInstance(req.InstanceID, r, fp, e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
-			fresh.BucketAttempted = e.bucketFree(ctx, fresh)
+			fresh.BucketAttempted = e.bucketFree(ctx, fresh, req.AcceptsIncomplete)
 			err = e.store.Insert(ctx, fresh)
 			if errors.Is(err, ErrExists) {
 				continue // a concurrent duplicate won; answer from its record
@@ -81,7 +81,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 			// Provision again: a deleted id may be reused, a failed
 			// provision is retried from the steps it has done.
 			if rec.Phase == PhaseDeleted {
-				rec.BucketAttempted = e.bucketFree(ctx, rec)
+				rec.BucketAttempted = e.bucketFree(ctx, rec, req.AcceptsIncomplete)
 			}
 			rec.Request, rec.Fingerprint, rec.Phase = r, fp, PhaseProvisioning
 			rec.startOp(e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
@@ -112,8 +112,13 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 // bucket name is free (or already carries this instance's mark). Only then
 // may the provision adopt an unmarked bucket under that name later: it can
 // only be one its own attempt created and crashed before marking. When the
-// backend cannot tell now, the provision's worker looks again first.
-func (e *Engine) bucketFree(ctx context.Context, rec *Record) bool {
+// backend cannot tell now, the provision's worker looks again first; an
+// asynchronous request leaves the look to the worker at once, so that its
+// 202 never waits for the backend.
+func (e *Engine) bucketFree(ctx context.Context, rec *Record, async bool) bool {
+	if async {
+		return false
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	obs, err := e.driver.Observe(ctx, driver.ObserveRequest{Bucket: rec.Bucket})
