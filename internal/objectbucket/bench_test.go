@@ -102,20 +102,39 @@ func formatCounts(by map[string]int, n int) string {
 }
 
 // backendCounter counts the driver calls that create something.
+// and the time all driver calls took (summed over concurrent calls).
 type backendCounter struct {
 	driver.Driver
 	buckets, credentials atomic.Int64
+	busy                 atomic.Int64 // nanoseconds
 }
 
+func (d *backendCounter) timed(start time.Time) { d.busy.Add(int64(time.Since(start))) }
+
 func (d *backendCounter) EnsureBucket(ctx context.Context, spec driver.BucketSpec) error {
+	defer d.timed(time.Now())
 	d.buckets.Add(1)
 	return d.Driver.EnsureBucket(ctx, spec)
 }
 
 func (d *backendCounter) EnsureCredential(ctx context.Context, spec driver.CredentialSpec) (driver.Credential, error) {
+	defer d.timed(time.Now())
 	d.credentials.Add(1)
 	return d.Driver.EnsureCredential(ctx, spec)
 }
+
+func (d *backendCounter) RevokeCredential(ctx context.Context, user, owner string) error {
+	defer d.timed(time.Now())
+	return d.Driver.RevokeCredential(ctx, user, owner)
+}
+
+func (d *backendCounter) DeleteBucket(ctx context.Context, name, owner string, purge bool) error {
+	defer d.timed(time.Now())
+	return d.Driver.DeleteBucket(ctx, name, owner, purge)
+}
+
+// busyTake returns the driver time since the last call.
+func (d *backendCounter) busyTake() time.Duration { return time.Duration(d.busy.Swap(0)) }
 
 // startBenchManager runs a manager configured as `bucketbroker controller`
 // configures its own (ManagerOptions' client, the Reconciler's defaults),
@@ -247,6 +266,7 @@ func benchLifecycle(b *testing.B, n int) {
 		return bound == n
 	})
 	toBound := time.Since(start)
+	bindBackend := drv.busyTake()
 	// Passes that the last writes trigger are part of the lifecycle.
 	settle(ctx, rc)
 	createReqs, createBy := rc.take()
@@ -271,6 +291,7 @@ func benchLifecycle(b *testing.B, n int) {
 	}
 	waitClaims(ctx, b, kc, ns.Name, "gone", func(l *obv1.ObjectBucketClaimList) bool { return len(l.Items) == 0 })
 	toDeleted := time.Since(start)
+	deleteBackend := drv2.busyTake()
 	settle(ctx, rc)
 	deleteReqs, deleteBy := rc.take()
 	second.stop()
@@ -285,6 +306,8 @@ func benchLifecycle(b *testing.B, n int) {
 	b.ReportMetric(0, "ns/op") // the phases above are the measure
 	b.Logf("%d claims: created by the benchmark in %s, all Bound after %s, all gone %s after deletion; backend calls while binding: %d EnsureBucket, %d EnsureCredential",
 		n, created.Round(time.Millisecond), toBound.Round(time.Millisecond), toDeleted.Round(time.Millisecond), drv.buckets.Load(), drv.credentials.Load())
+	b.Logf("driver time summed over calls (%d in parallel at most): %s while binding, %s while deleting",
+		DefaultMaxConcurrentReconciles, bindBackend.Round(time.Millisecond), deleteBackend.Round(time.Millisecond))
 	b.Logf("create: %d requests (%.2f/claim)%s", createReqs, per(createReqs), formatCounts(createBy, n))
 	b.Logf("restart: every claim reconciled %s after the new manager started; %d requests; backend create calls: %d EnsureBucket, %d EnsureCredential%s",
 		restartTook.Round(time.Millisecond), restartReqs, drv2.buckets.Load(), drv2.credentials.Load(), formatCounts(restartBy, n))

@@ -81,7 +81,9 @@ const (
 	DefaultQPS   = 200
 	DefaultBurst = 400
 	// DefaultMaxConcurrentReconciles is the number of claims handled at
-	// once: each pass mostly waits on the backend and the API server.
+	// once. Passes mostly wait on the backend; with the embedded server on
+	// two cores, 32 workers made each backend call 3.5 times slower and
+	// bound 300 claims only 10% sooner than 10 did.
 	DefaultMaxConcurrentReconciles = 10
 )
 
