@@ -116,7 +116,7 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes client config: %w", err)
 	}
-	cfg.QPS, cfg.Burst = 50, 100
+	cfg.QPS, cfg.Burst = provisioner.ClientQPS, provisioner.ClientBurst
 
 	o.storage.Logger = log
 	if o.storage.Driver == broker.DriverEmbedded {
