@@ -132,20 +132,6 @@ func (h *Handler) bind(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (h *Handler) unbind(w http.ResponseWriter, r *http.Request) {
-	req, err := decodeUnbind(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	res, err := h.bindings.Unbind(r.Context(), req)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.respondResult(w, r, res, http.StatusOK)
-}
-
 func (h *Handler) getBinding(w http.ResponseWriter, r *http.Request) {
 	instanceID, bindingID, err := bindingIDs(r)
 	if err != nil {

@@ -163,15 +163,15 @@ func (h *Handler) routes(gatherer prometheus.Gatherer) {
 	}{
 		{routeCatalog, []endpoint{{http.MethodGet, h.serveCatalog}}},
 		{routeInstance, []endpoint{
-			{http.MethodPut, h.provision},
-			{http.MethodPatch, h.update},
-			{http.MethodDelete, h.deprovision},
+			{http.MethodPut, changing(h, decodeProvision, h.instances.Provision, http.StatusCreated)},
+			{http.MethodPatch, changing(h, decodeUpdate, h.instances.Update, http.StatusOK)},
+			{http.MethodDelete, changing(h, decodeDeprovision, h.instances.Deprovision, http.StatusOK)},
 			{http.MethodGet, h.getInstance},
 		}},
 		{routeInstanceLastOp, []endpoint{{http.MethodGet, h.instanceLastOperation}}},
 		{routeBinding, []endpoint{
 			{http.MethodPut, h.bind},
-			{http.MethodDelete, h.unbind},
+			{http.MethodDelete, changing(h, decodeUnbind, h.bindings.Unbind, http.StatusOK)},
 			{http.MethodGet, h.getBinding},
 		}},
 		{routeBindingLastOp, []endpoint{{http.MethodGet, h.bindingLastOperation}}},

@@ -1,6 +1,7 @@
 package osb
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -150,48 +151,6 @@ func decodeDeprovision(r *http.Request) (engine.DeprovisionRequest, error) {
 	}, nil
 }
 
-func (h *Handler) provision(w http.ResponseWriter, r *http.Request) {
-	req, err := decodeProvision(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	res, err := h.instances.Provision(r.Context(), req)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.respondResult(w, r, res, http.StatusCreated)
-}
-
-func (h *Handler) update(w http.ResponseWriter, r *http.Request) {
-	req, err := decodeUpdate(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	res, err := h.instances.Update(r.Context(), req)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.respondResult(w, r, res, http.StatusOK)
-}
-
-func (h *Handler) deprovision(w http.ResponseWriter, r *http.Request) {
-	req, err := decodeDeprovision(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	res, err := h.instances.Deprovision(r.Context(), req)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.respondResult(w, r, res, http.StatusOK)
-}
-
 func (h *Handler) getInstance(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "instance_id")
 	if err != nil {
@@ -234,6 +193,25 @@ func (h *Handler) instanceLastOperation(w http.ResponseWriter, r *http.Request) 
 // respondResult answers a state-changing call. created is the status of
 // OutcomeCreated: 201 for provision and bind, 200 for the calls whose spec
 // has no 201 (update, deprovision, unbind).
+// changing returns the handler of a state-changing endpoint: decode the
+// request, call the engine, answer with the result (created is the status
+// of OutcomeCreated).
+func changing[R any](h *Handler, decode func(*http.Request) (R, error), call func(context.Context, R) (engine.Result, error), created int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		req, err := decode(r)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		res, err := call(r.Context(), req)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		h.respondResult(w, r, res, created)
+	}
+}
+
 func (h *Handler) respondResult(w http.ResponseWriter, r *http.Request, res engine.Result, created int) {
 	switch res.Outcome {
 	case engine.OutcomeCreated:
