@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -184,97 +183,8 @@ func query(t *testing.T, dsn, sql string, args ...any) []string {
 // as they decide between the goroutines of one Store.
 func TestTwoReplicas(t *testing.T) {
 	dsn, _ := freshSchema(t)
-	stores := []*Store{open(t, dsn), open(t, dsn)}
-
-	t.Run("Insert", func(t *testing.T) {
-		const n = 200
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range n {
-			wg.Go(func() {
-				<-start
-				errs[i] = stores[i%2].Insert(t.Context(), record("same"))
-			})
-		}
-		close(start)
-		wg.Wait()
-
-		var ok, exists int
-		for i, err := range errs {
-			switch {
-			case err == nil:
-				ok++
-			case errors.Is(err, engine.ErrExists):
-				exists++
-			default:
-				t.Errorf("goroutine %d: %v", i, err)
-			}
-		}
-		if ok != 1 || exists != n-1 {
-			t.Errorf("%d Inserts through two stores: %d succeeded, %d ErrExists; want 1 and %d", n, ok, exists, n-1)
-		}
-		a, err := stores[0].Get(t.Context(), engine.KindBinding, "same")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := stores[1].Get(t.Context(), engine.KindBinding, "same")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if diff := cmp.Diff(a, b, cmpopts.EquateEmpty()); diff != "" {
-			t.Errorf("the two stores disagree (-first +second):\n%s", diff)
-		}
-	})
-
-	t.Run("Update", func(t *testing.T) {
-		if err := stores[0].Insert(t.Context(), record("updated")); err != nil {
-			t.Fatal(err)
-		}
-		const n = 100
-		recs := make([]*engine.Record, n)
-		for i := range recs {
-			r, err := stores[i%2].Get(t.Context(), engine.KindBinding, "updated")
-			if err != nil {
-				t.Fatal(err)
-			}
-			r.Op.Description = fmt.Sprintf("written by %d", i)
-			recs[i] = r
-		}
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range n {
-			wg.Go(func() {
-				<-start
-				errs[i] = stores[i%2].Update(t.Context(), recs[i])
-			})
-		}
-		close(start)
-		wg.Wait()
-
-		var ok, stale int
-		for i, err := range errs {
-			switch {
-			case err == nil:
-				ok++
-			case errors.Is(err, engine.ErrStale):
-				stale++
-			default:
-				t.Errorf("goroutine %d: %v", i, err)
-			}
-		}
-		if ok != 1 || stale != n-1 {
-			t.Errorf("%d Updates through two stores: %d succeeded, %d ErrStale; want 1 and %d", n, ok, stale, n-1)
-		}
-		got, err := stores[1].Get(t.Context(), engine.KindBinding, "updated")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.Version != 2 {
-			t.Errorf("Version after concurrent Updates = %d, want 2", got.Version)
-		}
-	})
+	a, b := open(t, dsn), open(t, dsn)
+	storetest.RunTwoStores(t, a, b)
 }
 
 // TestConcurrentOpen is replicas starting at the same time on an empty

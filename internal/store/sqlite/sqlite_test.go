@@ -8,12 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/bucketbroker/bucketbroker/internal/engine"
 	"github.com/bucketbroker/bucketbroker/internal/store/storetest"
@@ -320,46 +318,7 @@ func TestLockWait(t *testing.T) {
 // busy_timeout must still turn that into waiting, never "database is locked".
 func TestTwoStoresOneFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bucketbroker.db")
-	stores := []*Store{open(t, path), open(t, path)}
-
-	const n = 100
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			errs[i] = stores[i%2].Insert(t.Context(), record("same"))
-		})
-	}
-	close(start)
-	wg.Wait()
-
-	var ok, exists int
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			ok++
-		case errors.Is(err, engine.ErrExists):
-			exists++
-		default:
-			t.Errorf("goroutine %d: %v", i, err)
-		}
-	}
-	if ok != 1 || exists != n-1 {
-		t.Errorf("%d Inserts through two stores: %d succeeded, %d ErrExists; want 1 and %d", n, ok, exists, n-1)
-	}
-	a, err := stores[0].Get(t.Context(), engine.KindBinding, "same")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := stores[1].Get(t.Context(), engine.KindBinding, "same")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(a, b, cmpopts.EquateEmpty()); diff != "" {
-		t.Errorf("the two stores disagree (-first +second):\n%s", diff)
-	}
+	storetest.RunTwoStores(t, open(t, path), open(t, path))
 }
 
 func BenchmarkInsertGet(b *testing.B) {
