@@ -52,7 +52,9 @@ var running atomic.Bool
 
 // Config configures the embedded servers.
 type Config struct {
-	// DataDir holds objects/ and iam/; created (0700) if missing.
+	// DataDir holds objects/, versions/ and iam/; created (0700) if
+	// missing. versions/ keeps the older versions of objects in buckets
+	// with versioning on: versitygw wants it outside the objects root.
 	DataDir string
 	// S3Listen and IAMListen are host:port addresses; port 0 picks a free
 	// port. Empty means 127.0.0.1:0.
@@ -131,8 +133,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("start embedded S3 server: data directory %q: %w", cfg.DataDir, err)
 	}
 	objectsDir := filepath.Join(dataDir, "objects")
+	versionsDir := filepath.Join(dataDir, "versions")
 	iamDir := filepath.Join(dataDir, "iam")
-	for _, dir := range []string{dataDir, objectsDir, iamDir} {
+	for _, dir := range []string{dataDir, objectsDir, versionsDir, iamDir} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("start embedded S3 server: %w", err)
 		}
@@ -145,7 +148,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	defer cancel()
 
 	s := &Server{region: cfg.Region, stop: make(chan struct{}), closed: make(chan struct{})}
-	if err := s.start(ctx, cfg, objectsDir, iamDir); err != nil {
+	if err := s.start(ctx, cfg, objectsDir, versionsDir, iamDir); err != nil {
 		if s.gw != nil {
 			_ = s.gw.shutdown() // its error is in err already, or it was healthy
 		}
@@ -162,7 +165,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-func (s *Server) start(ctx context.Context, cfg Config, objectsDir, iamDir string) error {
+func (s *Server) start(ctx context.Context, cfg Config, objectsDir, versionsDir, iamDir string) error {
 	sockDir, err := socketDir()
 	if err != nil {
 		return fmt.Errorf("start embedded IAM API: %w", err)
@@ -204,7 +207,7 @@ func (s *Server) start(ctx context.Context, cfg Config, objectsDir, iamDir strin
 	s.s3Addr, s.gw, err = startListener(ctx, "S3 server", cfg.S3Listen, func(addr string) (*component, func(context.Context) error) {
 		c := launch(func(ctx context.Context) error {
 			// A new backend per run: RunVersityGW shuts it down on return.
-			be, err := posix.New(objectsDir, meta.XattrMeta{}, posix.PosixOpts{})
+			be, err := posix.New(objectsDir, meta.XattrMeta{}, posix.PosixOpts{VersioningDir: versionsDir})
 			if err != nil {
 				return fmt.Errorf("open object store %s: %w", objectsDir, err)
 			}

@@ -15,7 +15,8 @@ var (
 	// objects and the caller did not ask for a purge.
 	ErrBucketNotEmpty = errors.New("bucket is not empty")
 	// ErrInvalid means the backend refuses the request in a way no retry can
-	// fix (an invalid name, an unsupported option).
+	// fix (an invalid name, an unsupported option such as versioning on a
+	// server that has none).
 	ErrInvalid = errors.New("invalid request for this backend")
 )
 
@@ -56,6 +57,14 @@ type BucketSpec struct {
 	// mark at all. The engine sets it only when its own record proves it may
 	// have created the bucket itself and crashed before marking it.
 	AdoptUnmarked bool
+	// Versioning makes EnsureBucket turn object versioning on (it keeps
+	// every version of every object). When false, EnsureBucket leaves the
+	// bucket's versioning as it is: S3 can only suspend versioning, never
+	// turn it off, and the versions already kept stay until deleted, so
+	// there is nothing false could promise. A backend that cannot keep
+	// versions answers ErrInvalid, with the bucket created and marked but
+	// not versioned.
+	Versioning bool
 }
 
 // CredentialSpec describes the credential EnsureCredential makes so: one
