@@ -77,10 +77,20 @@ func (d *Driver) EnsureBucket(ctx context.Context, spec driver.BucketSpec) error
 	if err := requireNames("bucket name", spec.Name, "owner", spec.Owner); err != nil {
 		return err
 	}
+	created, err := d.ensureMarkedBucket(ctx, spec)
+	if err != nil || !spec.Versioning {
+		return err
+	}
+	return d.ensureVersioning(ctx, spec.Name, created)
+}
+
+// ensureMarkedBucket makes the bucket exist with spec's owner mark and tags,
+// and reports whether this call created it.
+func (d *Driver) ensureMarkedBucket(ctx context.Context, spec driver.BucketSpec) (bool, error) {
 	want := map[string]string{OwnerTagKey: spec.Owner}
 	for k, v := range spec.Tags {
 		if strings.HasPrefix(k, reservedTagPrefix) {
-			return invalid("bucket %q: tag %q is in the reserved %s namespace", spec.Name, k, reservedTagPrefix)
+			return false, invalid("bucket %q: tag %q is in the reserved %s namespace", spec.Name, k, reservedTagPrefix)
 		}
 		want[k] = v
 	}
@@ -89,47 +99,80 @@ func (d *Driver) EnsureBucket(ctx context.Context, spec driver.BucketSpec) error
 		// The common case, a new bucket, in two calls as it would be by hand.
 		created, err := d.createBucket(ctx, spec.Name)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if created {
-			return d.putBucketTags(ctx, spec.Name, want)
+			return true, d.putBucketTags(ctx, spec.Name, want)
 		}
 	}
 	b, err := d.observeBucket(ctx, spec.Name)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if !b.exists {
 		created, err := d.createBucket(ctx, spec.Name)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if created {
-			return d.putBucketTags(ctx, spec.Name, want)
+			return true, d.putBucketTags(ctx, spec.Name, want)
 		}
 		// Someone (a retry of ours, or the operator with the same keys)
 		// created it in between: judge it by its mark like any other.
 		if b, err = d.observeBucket(ctx, spec.Name); err != nil {
-			return err
+			return false, err
 		}
 		if !b.exists {
-			return fmt.Errorf("bucket %q: reported as already owned, then as missing", spec.Name)
+			return false, fmt.Errorf("bucket %q: reported as already owned, then as missing", spec.Name)
 		}
 	}
 
 	switch {
 	case b.hidden:
-		return b.ownedByOther(spec.Name)
+		return false, b.ownedByOther(spec.Name)
 	case b.owner() == spec.Owner:
 		if maps.Equal(b.tags, want) {
-			return nil
+			return false, nil
 		}
 	case b.owner() == "" && spec.AdoptUnmarked:
 		// Our own creation, marked by this call after a crash.
 	default:
-		return b.ownedByOther(spec.Name)
+		return false, b.ownedByOther(spec.Name)
 	}
-	return d.putBucketTags(ctx, spec.Name, want)
+	return false, d.putBucketTags(ctx, spec.Name, want)
+}
+
+// ensureVersioning turns versioning on unless it is on already, so that a
+// repeated call writes nothing. A bucket this call created has never had
+// it on: there is nothing to look at first.
+func (d *Driver) ensureVersioning(ctx context.Context, name string, created bool) error {
+	if !created {
+		out, err := d.s3.GetBucketVersioning(ctx, &s3.GetBucketVersioningInput{Bucket: &name})
+		if err != nil {
+			return mapVersioningErr(err, "get versioning of bucket %q", name)
+		}
+		if out.Status == types.BucketVersioningStatusEnabled {
+			return nil
+		}
+	}
+	_, err := d.s3.PutBucketVersioning(ctx, &s3.PutBucketVersioningInput{
+		Bucket:                  &name,
+		VersioningConfiguration: &types.VersioningConfiguration{Status: types.BucketVersioningStatusEnabled},
+	})
+	if err != nil {
+		return mapVersioningErr(err, "turn on versioning of bucket %q", name)
+	}
+	return nil
+}
+
+// mapVersioningErr reports a server without versioning as driver.ErrInvalid:
+// no retry makes it keep versions. versitygw's posix backend answers
+// VersioningNotConfigured when started without a versioning directory.
+func mapVersioningErr(err error, format string, args ...any) error {
+	if hasCode(err, codesNoVersioning...) {
+		return fmt.Errorf("%s: the server does not support versioning: %w (%w)", fmt.Sprintf(format, args...), driver.ErrInvalid, err)
+	}
+	return mapBucketErr(err, format, args...)
 }
 
 // createBucket creates the bucket and reports false if it already existed

@@ -53,6 +53,7 @@ var (
 	codesNoTags        = []string{"NoSuchTagSet", "NoSuchTagSetError"}
 	codesNoEntity      = []string{"NoSuchEntity"}
 	codesNotSupported  = []string{"NotImplemented", "MethodNotAllowed", "UnsupportedOperation"}
+	codesNoVersioning  = append([]string{"VersioningNotConfigured"}, codesNotSupported...)
 	codesInvalidBucket = []string{"InvalidBucketName", "InvalidTag", "InvalidLocationConstraint"}
 	codesInvalidIAM    = []string{"ValidationError", "InvalidInput", "MalformedPolicyDocument"}
 	codesBadCreds      = []string{
