@@ -34,6 +34,10 @@ type PlanConfig struct {
 	AsyncRequired bool `json:"asyncRequired,omitempty"`
 	// PurgeOnDelete is the default of the purge_on_delete parameter.
 	PurgeOnDelete bool `json:"purgeOnDelete,omitempty"`
+	// Versioning makes the bucket keep every version of its objects. It
+	// cannot be turned off again (S3 can only suspend it), so an instance
+	// may not change from a plan with versioning to one without.
+	Versioning bool `json:"versioning,omitempty"`
 }
 
 // AllowsAccess reports whether bindings under this plan may have access a.

@@ -8,9 +8,10 @@ import (
 )
 
 const (
-	svc      = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b01"
-	standard = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b11"
-	readOnly = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b12"
+	svc       = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b01"
+	standard  = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b11"
+	readOnly  = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b12"
+	versioned = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b14"
 )
 
 func TestDefaultCatalogServedWithoutOwnConfig(t *testing.T) {
@@ -19,7 +20,8 @@ func TestDefaultCatalogServedWithoutOwnConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(js), "bucketbroker\"") || strings.Contains(string(js), "asyncRequired") {
+	if strings.Contains(string(js), "bucketbroker\"") || strings.Contains(string(js), "asyncRequired") ||
+		strings.Contains(string(js), `"versioning"`) {
 		t.Errorf("served catalog leaks bucketbroker plan config: %s", js)
 	}
 	var doc struct {
@@ -57,6 +59,37 @@ func TestDefaultCatalogServedWithoutOwnConfig(t *testing.T) {
 	}
 	if p.Settings().DefaultAccess() != "read-only" || p.Settings().AllowsAccess("read-write") {
 		t.Errorf("read-only plan settings = %+v", p.Settings())
+	}
+}
+
+func TestDefaultCatalogVersioning(t *testing.T) {
+	c := Default()
+	for name, tc := range map[string]struct {
+		reason string
+		plan   string
+		want   bool
+	}{
+		"standard":  {"the default plan leaves versioning alone", standard, false},
+		"read-only": {"only the versioned plan turns it on", readOnly, false},
+		"versioned": {"the versioned plan keeps every version", versioned, true},
+	} {
+		p, err := c.Lookup(svc, tc.plan)
+		if err != nil {
+			t.Fatalf("%s: Lookup: %v", name, err)
+		}
+		if got := p.Settings().Versioning; got != tc.want {
+			t.Errorf("%s: Versioning = %v, want %v: %s", name, got, tc.want, tc.reason)
+		}
+	}
+	p, _ := c.Lookup(svc, versioned)
+	if p.Name != "versioned" || !p.Updateable() || p.Settings().DefaultAccess() != "read-write" || !p.Settings().AllowsAccess("read-only") {
+		t.Errorf("versioned plan = %s updateable %v settings %+v, want updateable with standard's access modes", p.Name, p.Updateable(), p.Settings())
+	}
+	if err := p.Validate(ForCreate, json.RawMessage(`{"purge_on_delete":true,"labels":{"team":"a"}}`)); err != nil {
+		t.Errorf("versioned plan: Validate(standard's parameters) = %v, want nil", err)
+	}
+	if err := p.Validate(ForCreate, json.RawMessage(`{"versioning":false}`)); err == nil {
+		t.Error("versioned plan: Validate({versioning:false}) = nil, want an error: versioning is the plan's, not a parameter")
 	}
 }
 
