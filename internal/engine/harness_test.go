@@ -51,6 +51,7 @@ const (
 	planStd     = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b11"
 	planRO      = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b12"
 	planAsync   = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b13"
+	planVer     = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b14"
 	brokerUser  = "broker"
 	brokerPass  = "test-password"
 	apiVersion  = "2.17"

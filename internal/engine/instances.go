@@ -256,6 +256,12 @@ func (e *Engine) updateTarget(ctx context.Context, rec *Record, req UpdateReques
 		if err == nil && !old.Updateable() || !plan.Updateable() {
 			return Request{}, nil, fmt.Errorf("%w: plan %q cannot be changed to %q", ErrUnprocessable, rec.Request.PlanID, plan.Name)
 		}
+		// S3 can only suspend versioning, and the versions kept stay: a
+		// plan without it would promise what the bucket no longer is.
+		if err == nil && old.Settings().Versioning && !plan.Settings().Versioning {
+			return Request{}, nil, fmt.Errorf("%w: plan %q keeps object versions and plan %q does not: versioning cannot be turned off",
+				ErrUnprocessable, old.Name, plan.Name)
+		}
 		bindings, err := e.store.List(ctx, ListOptions{Kind: KindBinding, InstanceID: rec.ID})
 		if err != nil {
 			return Request{}, nil, e.storeErr(ctx, err)

@@ -129,7 +129,8 @@ func (e *Engine) provision(ctx context.Context, rec *Record) error {
 		}
 	}
 	err := e.step(ctx, rec, "create bucket", func(ctx context.Context) error {
-		return e.driver.EnsureBucket(ctx, driver.BucketSpec{Name: rec.Bucket, Owner: rec.Owner, Tags: p.Labels, AdoptUnmarked: true})
+		return e.driver.EnsureBucket(ctx, driver.BucketSpec{Name: rec.Bucket, Owner: rec.Owner, Tags: p.Labels, AdoptUnmarked: true,
+			Versioning: e.versioning(rec.Request)})
 	})
 	if err != nil {
 		return e.fail(ctx, rec, err)
@@ -148,7 +149,8 @@ func (e *Engine) update(ctx context.Context, rec *Record) error {
 		return e.finish(ctx, rec, fmt.Errorf("stored parameters: %w", err))
 	}
 	err := e.step(ctx, rec, "update bucket", func(ctx context.Context) error {
-		return e.driver.EnsureBucket(ctx, driver.BucketSpec{Name: rec.Bucket, Owner: rec.Owner, Tags: p.Labels})
+		return e.driver.EnsureBucket(ctx, driver.BucketSpec{Name: rec.Bucket, Owner: rec.Owner, Tags: p.Labels,
+			Versioning: e.versioning(*target)})
 	})
 	if err != nil {
 		return e.fail(ctx, rec, err)
@@ -183,6 +185,14 @@ func (e *Engine) deprovision(ctx context.Context, rec *Record) error {
 		crashpoint.Hit("deprovision/bucket-deleted")
 	}
 	return e.finish(ctx, rec, nil)
+}
+
+// versioning reports whether req's plan keeps object versions. A plan
+// removed from the catalog since asks for nothing: the driver then leaves
+// versioning as it is, which is all it could do anyway.
+func (e *Engine) versioning(req Request) bool {
+	plan, err := e.catalog.Lookup(req.ServiceID, req.PlanID)
+	return err == nil && plan.Settings().Versioning
 }
 
 func (e *Engine) purgeOnDelete(rec *Record) (bool, error) {
