@@ -245,6 +245,53 @@ func (s *suite) removeBucketAfter(t *testing.T, bucket string) {
 	})
 }
 
+// listVersions lists every object version and delete marker in bucket.
+func listVersions(ctx context.Context, c *s3.Client, bucket string) ([]s3types.ObjectIdentifier, error) {
+	var ids []s3types.ObjectIdentifier
+	pages := s3.NewListObjectVersionsPaginator(c, &s3.ListObjectVersionsInput{Bucket: &bucket})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range page.Versions {
+			ids = append(ids, s3types.ObjectIdentifier{Key: v.Key, VersionId: v.VersionId})
+		}
+		for _, m := range page.DeleteMarkers {
+			ids = append(ids, s3types.ObjectIdentifier{Key: m.Key, VersionId: m.VersionId})
+		}
+	}
+	return ids, nil
+}
+
+// removeVersionedBucketAfter deletes a bucket that may have versioning on,
+// every version and delete marker in it, with the root keys once the test
+// is over.
+func (s *suite) removeVersionedBucketAfter(t *testing.T, bucket string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		ids, err := listVersions(ctx, s.root, bucket)
+		if errorCode(err) == "NoSuchBucket" {
+			return
+		}
+		if err != nil {
+			t.Errorf("cleanup: list object versions of %q: %v", bucket, err)
+			return
+		}
+		for _, id := range ids {
+			_, err := s.root.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &bucket, Key: id.Key, VersionId: id.VersionId})
+			if err != nil {
+				t.Errorf("cleanup: delete %s/%s version %s: %v", bucket, aws.ToString(id.Key), aws.ToString(id.VersionId), err)
+			}
+		}
+		_, err = s.root.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: &bucket})
+		if err != nil && errorCode(err) != "NoSuchBucket" {
+			t.Errorf("cleanup: delete bucket %q: %v", bucket, err)
+		}
+	})
+}
+
 // revokeAfter revokes the driver's credential once the test is over.
 func (s *suite) revokeAfter(t *testing.T, user, owner string) {
 	t.Cleanup(func() {

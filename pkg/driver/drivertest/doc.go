@@ -36,6 +36,12 @@
 // and user with their keys, leaves out unmarked ones, and DeleteAccessKey
 // deletes one key of its own users only. Drivers without it skip those.
 //
+// Bucket/Versioning checks a bucket made with BucketSpec.Versioning: the
+// server keeps two versions of a key put twice, a repeated EnsureBucket
+// keeps versioning on, and only a purging delete removes a bucket that
+// holds versions. For a server without versioning set Config.NoVersioning:
+// the check then expects driver.ErrInvalid.
+//
 // Every subtest derives its names with driver.BucketName and
 // driver.UserName from a random id, so the suite can run against a shared
 // server, repeatedly, and in parallel with itself; it deletes what it makes.

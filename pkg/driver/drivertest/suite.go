@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
@@ -44,6 +45,10 @@ type Config struct {
 	// Propagation is how long an IAM change (a new key, a revoked key) may
 	// take to reach S3. Zero means at once.
 	Propagation time.Duration
+	// NoVersioning says the server cannot keep object versions: the
+	// Bucket/Versioning check then expects EnsureBucket with Versioning to
+	// answer driver.ErrInvalid instead of a versioned bucket.
+	NoVersioning bool
 }
 
 type suite struct {
@@ -110,6 +115,7 @@ func Run(t *testing.T, cfg Config) {
 			"PurgeMoreThanOnePage":  s.testPurgeManyObjects,
 			"InvalidNameIsInvalid":  s.testInvalidBucketName,
 			"EnsureAfterDeleteMade": s.testEnsureAfterDelete,
+			"Versioning":            s.testVersioning,
 		}},
 		{"Credential", map[string]func(*testing.T){
 			"EnsureTwiceKeepsKey": s.testCredentialTwice,
@@ -684,4 +690,86 @@ func (s *suite) testNames(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testVersioning checks a bucket made with Versioning: the server keeps
+// every version, a repeated EnsureBucket (with or without Versioning)
+// leaves it on, and a purging delete removes every version and delete
+// marker, which a plain delete refuses.
+func (s *suite) testVersioning(t *testing.T) {
+	ctx := testContext(t)
+	n := s.newNames(t)
+	spec := driver.BucketSpec{Name: n.bucket, Owner: n.owner, Versioning: true}
+	if s.cfg.NoVersioning {
+		// Such a server may not list versions either.
+		s.removeBucketAfter(t, n.bucket)
+	} else {
+		s.removeVersionedBucketAfter(t, n.bucket)
+	}
+	err := s.cfg.Driver.EnsureBucket(ctx, spec)
+	if s.cfg.NoVersioning {
+		wantErrorIs(t, "EnsureBucket(Versioning) on a server without versioning", err, driver.ErrInvalid)
+		return
+	}
+	if err != nil {
+		t.Fatalf("EnsureBucket(Versioning): %v", err)
+	}
+	s.wantVersioning(ctx, t, n.bucket)
+	for _, body := range []string{"first", "second"} {
+		if err := put(ctx, s.root, n.bucket, "data.txt", body); err != nil {
+			t.Fatalf("root: put: %v", err)
+		}
+	}
+	if got := s.versions(ctx, t, n.bucket); got != 2 {
+		t.Fatalf("after two puts of one key the bucket holds %d versions and delete markers, want 2", got)
+	}
+
+	// Again, and then without Versioning: versioning stays on, no version
+	// is lost, the current object is the last one put.
+	if err := s.cfg.Driver.EnsureBucket(ctx, spec); err != nil {
+		t.Fatalf("second EnsureBucket(Versioning): %v, want nil", err)
+	}
+	spec.Versioning = false
+	if err := s.cfg.Driver.EnsureBucket(ctx, spec); err != nil {
+		t.Fatalf("EnsureBucket without Versioning on a versioned bucket: %v, want nil", err)
+	}
+	s.wantVersioning(ctx, t, n.bucket)
+	if got := s.versions(ctx, t, n.bucket); got != 2 {
+		t.Errorf("after repeated EnsureBucket the bucket holds %d versions and delete markers, want 2", got)
+	}
+	s.wantObject(ctx, t, n.bucket, "data.txt", "second")
+
+	// With the key deleted the bucket lists no objects, yet it holds two
+	// versions and a delete marker: not empty.
+	if err := del(ctx, s.root, n.bucket, "data.txt"); err != nil {
+		t.Fatalf("root: delete data.txt: %v", err)
+	}
+	err = s.cfg.Driver.DeleteBucket(ctx, n.bucket, n.owner, false)
+	wantErrorIs(t, "DeleteBucket(versions only, purge=false)", err, driver.ErrBucketNotEmpty)
+	s.wantBucket(ctx, t, n.bucket, true)
+	if err := s.cfg.Driver.DeleteBucket(ctx, n.bucket, n.owner, true); err != nil {
+		t.Fatalf("DeleteBucket(versioned, purge=true): %v, want nil", err)
+	}
+	s.wantBucket(ctx, t, n.bucket, false)
+}
+
+func (s *suite) wantVersioning(ctx context.Context, t *testing.T, bucket string) {
+	t.Helper()
+	out, err := s.root.GetBucketVersioning(ctx, &s3.GetBucketVersioningInput{Bucket: &bucket})
+	if err != nil {
+		t.Fatalf("root: get versioning of %q: %v", bucket, err)
+	}
+	if out.Status != s3types.BucketVersioningStatusEnabled {
+		t.Errorf("root: versioning of %q = %q, want Enabled", bucket, out.Status)
+	}
+}
+
+// versions counts the object versions and delete markers in bucket.
+func (s *suite) versions(ctx context.Context, t *testing.T, bucket string) int {
+	t.Helper()
+	ids, err := listVersions(ctx, s.root, bucket)
+	if err != nil {
+		t.Fatalf("root: list object versions of %q: %v", bucket, err)
+	}
+	return len(ids)
 }
