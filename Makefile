@@ -24,7 +24,7 @@ test-quick: ## Run the tests without the race detector and without external serv
 	$(GO) test -count=1 ./...
 
 .PHONY: test-crash
-test-crash: ## Run the exactly-once proof (crash points, duplicate storms, backend outage); prints the table of docs/guarantees.md
+test-crash: ## Run the exactly-once proof (crash points, duplicate storms, backend outage and faults); prints the table of docs/guarantees.md
 	BUCKETBROKER_TEST_VERSITYGW=$$(hack/versitygw.sh build) $(GO) test -count=1 -v -timeout 15m ./test/crash
 
 .PHONY: generate

@@ -21,6 +21,13 @@
 // answering, finish once it is back, and fail at --async-timeout if it stays
 // down, after which the platform's retry succeeds.
 //
+// TestBackendFaults puts HTTP fault proxies between the broker and its own
+// versitygw pair: with the first requests of every backend call answered
+// 503 SlowDown or 500 InternalError, provisions and binds (sync and async)
+// still succeed once each, after retries the proxies count; with every
+// backend request slowed down, the catalog, last_operation and an async
+// provision's 202 answer as fast as on a clean backend.
+//
 // docs/guarantees.md states the guarantees and holds the last table;
 // `make test-crash` runs the whole proof.
 package crash
