@@ -243,7 +243,12 @@ func (e *Engine) interrupt(kind Kind, id string) {
 	e.mu.Lock()
 	if w, ok := e.workers[key(kind, id)]; ok {
 		w.again = true
-		if !w.halted {
+		// The record it was handed is superseded: it must read the new one.
+		w.first = nil
+		// A worker that has not begun its pass has no halt channel yet
+		// (closing nil would panic with e.mu held); it reads the record
+		// when it begins, so it already turns to the new operation.
+		if w.halt != nil && !w.halted {
 			w.halted = true
 			close(w.halt)
 		}
