@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,7 +25,6 @@ import (
 	iamtypes "github.com/aws/aws-sdk-go-v2/service/iam/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
 	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
@@ -37,6 +35,7 @@ import (
 	"github.com/bucketbroker/bucketbroker/internal/store/postgres"
 	"github.com/bucketbroker/bucketbroker/internal/store/sqlite"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
+	testharness "github.com/bucketbroker/bucketbroker/test/harness"
 )
 
 // The embedded S3 + IAM server is one per process: every test shares it and
@@ -212,7 +211,7 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 	var store testStore
 	var err error
 	if o.postgres {
-		store, err = postgres.Open(ctx, freshPostgresSchema(t))
+		store, err = postgres.Open(ctx, testharness.PostgresSchema(t))
 	} else {
 		store, err = sqlite.Open(ctx, statePath)
 	}
@@ -450,35 +449,4 @@ func canWrite(ak, sk, bucket string) error {
 type testStore interface {
 	engine.Store
 	Close() error
-}
-
-// freshPostgresSchema makes an empty schema on the test PostgreSQL server
-// and returns a DSN that uses it; the test is skipped without a server.
-func freshPostgresSchema(t testing.TB) string {
-	t.Helper()
-	dsn := os.Getenv("BUCKETBROKER_TEST_POSTGRES_DSN")
-	if dsn == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("BUCKETBROKER_TEST_POSTGRES_DSN is not set and CI=true: run through hack/with-test-servers.sh")
-		}
-		t.Skip("no PostgreSQL: run through hack/with-test-servers.sh")
-	}
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	schema := "engine_" + newID()
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,28 +52,6 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// freshSchema makes an empty schema and returns a DSN that uses it.
-func freshSchema(t *testing.T, dsn string) string {
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	schema := "e2e_" + randomHex(6)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
 type replica struct {
 	name, api string
 	cmd       *exec.Cmd
@@ -89,7 +66,7 @@ type replica struct {
 // credentials in every successful answer, no operation left in progress.
 func TestReplicasExactlyOnce(t *testing.T) {
 	ext := externalServers(t)
-	dsn := freshSchema(t, ext.dsn)
+	dsn := harness.PostgresSchema(t)
 	prefix := "r" + randomHex(3)
 	keyFile := filepath.Join(t.TempDir(), "encryption.key")
 
