@@ -138,20 +138,22 @@ func (e *Engine) bindableInstance(ctx context.Context, req BindRequest) (*Record
 }
 
 // bindStarted starts the bind this request recorded, unless the instance
-// began to deprovision in the meantime: its deprovision lists bindings
-// after it is recorded, so either it sees this binding or this sees it.
+// changed in the meantime so that it must not: it began to deprovision, or
+// to change to a plan that does not allow the binding's access. Both of
+// those look at the bindings after they are recorded, and this looks at the
+// instance after the binding is recorded: one of the two sees the other.
 func (e *Engine) bindStarted(ctx context.Context, rec *Record, async bool) (BindResult, error) {
 	inst, err := e.store.Get(ctx, KindInstance, rec.InstanceID)
 	if err != nil {
 		return BindResult{}, e.storeErr(ctx, err)
 	}
-	if inst.Phase == PhaseDeprovisioning || inst.Phase == PhaseDeleted {
+	if refused := e.refuseBind(inst, rec); refused != nil {
 		rec.Phase = PhaseDeleted
-		rec.Op.State, rec.Op.Description, rec.Op.EndedAt = OpFailed, "bind failed: the instance is being deprovisioned", time.Now().UTC()
+		rec.Op.State, rec.Op.Description, rec.Op.EndedAt = OpFailed, "bind failed: "+refused.Error(), time.Now().UTC()
 		if err := e.save(ctx, rec); err != nil && !errors.Is(err, ErrStale) {
 			return BindResult{}, e.storeErr(ctx, err)
 		}
-		return BindResult{}, fmt.Errorf("%w: instance %s is being deprovisioned", ErrConcurrency, rec.InstanceID)
+		return BindResult{}, refused
 	}
 	crashpoint.Hit("bind/record-written")
 	e.log.Info("Binding", "id", rec.ID, "instance", rec.InstanceID, "user", rec.UserName, "access", rec.Access, "operation", rec.Op.ID)
@@ -160,6 +162,21 @@ func (e *Engine) bindStarted(ctx context.Context, rec *Record, async bool) (Bind
 		rec = end
 	}
 	return e.withCredentials(ctx, rec, res, err)
+}
+
+// refuseBind says why a binding just recorded must not be made, or nil.
+func (e *Engine) refuseBind(inst, b *Record) error {
+	if inst.Phase == PhaseDeprovisioning || inst.Phase == PhaseDeleted {
+		return fmt.Errorf("%w: instance %s is being deprovisioned", ErrConcurrency, inst.ID)
+	}
+	planID := inst.Request.PlanID
+	if inst.Phase == PhaseUpdating && inst.Op.Target != nil {
+		planID = inst.Op.Target.PlanID
+	}
+	if plan, err := e.catalog.Lookup(inst.Request.ServiceID, planID); err == nil && !plan.Settings().AllowsAccess(driver.Access(b.Access)) {
+		return fmt.Errorf("%w: instance %s is changing to plan %q, which does not allow %s bindings", ErrUnprocessable, inst.ID, plan.Name, b.Access)
+	}
+	return nil
 }
 
 // withCredentials adds the stored credentials to a finished bind's answer.

@@ -314,3 +314,28 @@ func TestDeprovisionRevokesBindings(t *testing.T) {
 		t.Errorf("left after deprovision: buckets %v, users %v", b, u)
 	}
 }
+
+// TestBindDuringPlanChange: a read-write bind that arrives while the
+// instance is changing to a plan without read-write bindings is refused,
+// so the change can never leave a binding its new plan forbids.
+func TestBindDuringPlanChange(t *testing.T) {
+	h := newHarness(t)
+	inst := h.provisioned(planStd)
+	g := newGate()
+	h.drv.hook("EnsureBucket", g.hold)
+	op := h.want(h.do("PATCH", async(inst), map[string]any{"service_id": serviceID, "plan_id": planRO}), http.StatusAccepted, "plan change").str("operation")
+	g.waitEntered(t)
+	r := h.want(h.do("PUT", inst+"/service_bindings/"+newID(), bindBody(planStd, nil)), http.StatusUnprocessableEntity, "rw bind during the change")
+	if !strings.Contains(r.str("description"), "does not allow read-write") {
+		t.Errorf("description = %q, want it to say why", r.str("description"))
+	}
+	h.want(h.do("PUT", inst+"/service_bindings/"+newID(), bindBody(planStd, map[string]any{"access": "read-only"})), http.StatusCreated, "ro bind during the change")
+	h.drv.hook("EnsureBucket", nil)
+	g.release()
+	if s := h.waitOp(inst, op); s != "succeeded" {
+		t.Fatalf("plan change ended %q", s)
+	}
+	if n := len(h.users()); n != 1 {
+		t.Errorf("users = %d, want only the read-only binding's", n)
+	}
+}

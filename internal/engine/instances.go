@@ -231,6 +231,19 @@ func (e *Engine) Update(ctx context.Context, req UpdateRequest) (Result, error) 
 		} else if err != nil {
 			return Result{}, e.storeErr(ctx, err)
 		}
+		if target.PlanID != rec.Request.PlanID {
+			// A bind recorded after the check above and before this write
+			// looks at the instance after it, and may not have seen the
+			// change: look at the bindings again now that it is recorded.
+			if err := e.bindingsForbid(ctx, rec.ID, plan); err != nil {
+				rec.Phase = PhaseReady
+				rec.Op.State, rec.Op.Description, rec.Op.EndedAt = OpFailed, "update refused: "+err.Error(), time.Now().UTC()
+				if serr := e.save(ctx, rec); serr != nil && !errors.Is(serr, ErrStale) {
+					return Result{}, e.storeErr(ctx, serr)
+				}
+				return Result{}, err
+			}
+		}
 		e.log.Info("Updating instance", "id", rec.ID, "plan", plan.Name, "operation", rec.Op.ID)
 		return e.started(ctx, rec, OutcomeOK, req.AcceptsIncomplete)
 	}
@@ -262,15 +275,8 @@ func (e *Engine) updateTarget(ctx context.Context, rec *Record, req UpdateReques
 			return Request{}, nil, fmt.Errorf("%w: plan %q keeps object versions and plan %q does not: versioning cannot be turned off",
 				ErrUnprocessable, old.Name, plan.Name)
 		}
-		bindings, err := e.store.List(ctx, ListOptions{Kind: KindBinding, InstanceID: rec.ID})
-		if err != nil {
-			return Request{}, nil, e.storeErr(ctx, err)
-		}
-		for _, b := range bindings {
-			if b.Phase != PhaseDeleted && !plan.Settings().AllowsAccess(driver.Access(b.Access)) {
-				return Request{}, nil, fmt.Errorf("%w: binding %s has %s access, which plan %q does not allow; unbind it first",
-					ErrUnprocessable, b.ID, b.Access, plan.Name)
-			}
+		if err := e.bindingsForbid(ctx, rec.ID, plan); err != nil {
+			return Request{}, nil, err
 		}
 	}
 	if err := plan.Validate(catalog.ForUpdate, params); err != nil {
@@ -286,6 +292,22 @@ func (e *Engine) updateTarget(ctx context.Context, rec *Record, req UpdateReques
 		t.Context = req.Context
 	}
 	return t, plan, nil
+}
+
+// bindingsForbid reports a live binding of the instance whose access plan
+// does not allow.
+func (e *Engine) bindingsForbid(ctx context.Context, instanceID string, plan *catalog.Plan) error {
+	bindings, err := e.store.List(ctx, ListOptions{Kind: KindBinding, InstanceID: instanceID})
+	if err != nil {
+		return e.storeErr(ctx, err)
+	}
+	for _, b := range bindings {
+		if b.Phase != PhaseDeleted && !plan.Settings().AllowsAccess(driver.Access(b.Access)) {
+			return fmt.Errorf("%w: binding %s has %s access, which plan %q does not allow; unbind it first",
+				ErrUnprocessable, b.ID, b.Access, plan.Name)
+		}
+	}
+	return nil
 }
 
 // Deprovision deletes an instance: it halts a provision in progress,
