@@ -30,11 +30,7 @@ func decodeBind(r *http.Request) (engine.BindRequest, error) {
 	if err != nil {
 		return engine.BindRequest{}, err
 	}
-	q, err := query(r)
-	if err != nil {
-		return engine.BindRequest{}, err
-	}
-	async, err := acceptsIncomplete(q)
+	_, async, err := asyncQuery(r)
 	if err != nil {
 		return engine.BindRequest{}, err
 	}

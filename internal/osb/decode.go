@@ -210,11 +210,8 @@ func object(name string, raw json.RawMessage) (json.RawMessage, error) {
 // deleteQuery reads the query of a DELETE: service_id and plan_id are
 // required, accepts_incomplete optional.
 func deleteQuery(r *http.Request) (serviceID, planID string, async bool, err error) {
-	q, err := query(r)
+	q, async, err := asyncQuery(r)
 	if err != nil {
-		return "", "", false, err
-	}
-	if async, err = acceptsIncomplete(q); err != nil {
 		return "", "", false, err
 	}
 	serviceID, planID = q.Get("service_id"), q.Get("plan_id")
@@ -222,4 +219,14 @@ func deleteQuery(r *http.Request) (serviceID, planID string, async bool, err err
 		return "", "", false, err
 	}
 	return serviceID, planID, async, nil
+}
+
+// asyncQuery parses the query string and its accepts_incomplete.
+func asyncQuery(r *http.Request) (url.Values, bool, error) {
+	q, err := query(r)
+	if err != nil {
+		return nil, false, err
+	}
+	async, err := acceptsIncomplete(q)
+	return q, async, err
 }

@@ -52,11 +52,7 @@ func decodeProvision(r *http.Request) (engine.ProvisionRequest, error) {
 	if err != nil {
 		return engine.ProvisionRequest{}, err
 	}
-	q, err := query(r)
-	if err != nil {
-		return engine.ProvisionRequest{}, err
-	}
-	async, err := acceptsIncomplete(q)
+	_, async, err := asyncQuery(r)
 	if err != nil {
 		return engine.ProvisionRequest{}, err
 	}
@@ -98,11 +94,7 @@ func decodeUpdate(r *http.Request) (engine.UpdateRequest, error) {
 	if err != nil {
 		return engine.UpdateRequest{}, err
 	}
-	q, err := query(r)
-	if err != nil {
-		return engine.UpdateRequest{}, err
-	}
-	async, err := acceptsIncomplete(q)
+	_, async, err := asyncQuery(r)
 	if err != nil {
 		return engine.UpdateRequest{}, err
 	}

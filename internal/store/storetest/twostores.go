@@ -1,9 +1,7 @@
 package storetest
 
 import (
-	"errors"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -17,43 +15,25 @@ import (
 // between them as they decide between the goroutines of one Store.
 func RunTwoStores(t *testing.T, a, b engine.Store) {
 	stores := []engine.Store{a, b}
+	noPrepare := func(int) error { return nil }
+
 	t.Run("Insert", func(t *testing.T) {
 		const n = 200
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range n {
-			wg.Go(func() {
-				<-start
-				errs[i] = stores[i%2].Insert(t.Context(), benchRecord("same"))
-			})
-		}
-		close(start)
-		wg.Wait()
-
-		var ok, exists int
-		for i, err := range errs {
-			switch {
-			case err == nil:
-				ok++
-			case errors.Is(err, engine.ErrExists):
-				exists++
-			default:
-				t.Errorf("goroutine %d: %v", i, err)
-			}
-		}
-		if ok != 1 || exists != n-1 {
+		errs := race(n, noPrepare, func(i int) error {
+			return stores[i%2].Insert(t.Context(), benchRecord("same"))
+		})
+		if ok, exists := tally(t, errs, engine.ErrExists); ok != 1 || exists != n-1 {
 			t.Errorf("%d Inserts through two stores: %d succeeded, %d ErrExists; want 1 and %d", n, ok, exists, n-1)
 		}
-		a, err := stores[0].Get(t.Context(), engine.KindBinding, "same")
+		ra, err := stores[0].Get(t.Context(), engine.KindBinding, "same")
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := stores[1].Get(t.Context(), engine.KindBinding, "same")
+		rb, err := stores[1].Get(t.Context(), engine.KindBinding, "same")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(a, b, cmpopts.EquateEmpty()); diff != "" {
+		if diff := cmp.Diff(ra, rb, cmpopts.EquateEmpty()); diff != "" {
 			t.Errorf("the two stores disagree (-first +second):\n%s", diff)
 		}
 	})
@@ -64,38 +44,16 @@ func RunTwoStores(t *testing.T, a, b engine.Store) {
 		}
 		const n = 100
 		recs := make([]*engine.Record, n)
-		for i := range recs {
-			r, err := stores[i%2].Get(t.Context(), engine.KindBinding, "updated")
-			if err != nil {
-				t.Fatal(err)
+		errs := race(n, func(i int) (err error) {
+			recs[i], err = stores[i%2].Get(t.Context(), engine.KindBinding, "updated")
+			if err == nil {
+				recs[i].Op.Description = fmt.Sprintf("written by %d", i)
 			}
-			r.Op.Description = fmt.Sprintf("written by %d", i)
-			recs[i] = r
-		}
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range n {
-			wg.Go(func() {
-				<-start
-				errs[i] = stores[i%2].Update(t.Context(), recs[i])
-			})
-		}
-		close(start)
-		wg.Wait()
-
-		var ok, stale int
-		for i, err := range errs {
-			switch {
-			case err == nil:
-				ok++
-			case errors.Is(err, engine.ErrStale):
-				stale++
-			default:
-				t.Errorf("goroutine %d: %v", i, err)
-			}
-		}
-		if ok != 1 || stale != n-1 {
+			return err
+		}, func(i int) error {
+			return stores[i%2].Update(t.Context(), recs[i])
+		})
+		if ok, stale := tally(t, errs, engine.ErrStale); ok != 1 || stale != n-1 {
 			t.Errorf("%d Updates through two stores: %d succeeded, %d ErrStale; want 1 and %d", n, ok, stale, n-1)
 		}
 		got, err := stores[1].Get(t.Context(), engine.KindBinding, "updated")
