@@ -51,3 +51,19 @@ var Points = []string{
 	"unbind/record-written",
 	"unbind/user-revoked",
 }
+
+// ClaimPoints lists the ObjectBucketClaim controller's crash points, in the
+// order a claim's lifecycle passes them: provisioning, then deletion. Keep
+// it in step with the reconciler's named writes.
+var ClaimPoints = []string{
+	"claim/claim-patched",
+	"claim/objectbucket-created",
+	"claim/bucket-created",
+	"claim/key-created",
+	"claim/secret-written",
+	"claim/configmap-written",
+	"claim/objectbucket-bound",
+	"claim/credential-revoked",
+	"claim/bucket-deleted",
+	"claim/objects-deleted",
+}

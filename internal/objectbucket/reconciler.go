@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
+	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
@@ -338,8 +339,10 @@ func (r *Reconciler) quiet(ctx context.Context, err error) (reconcile.Result, er
 	return reconcile.Result{}, err
 }
 
-// hit marks a named write done, for the crash tests.
+// hit marks a named write done, for the crash tests: the in-process ones
+// (afterWrite) and the process-level ones (crashpoint "claim/<point>").
 func (r *Reconciler) hit(s *scope, point string) error {
+	crashpoint.Hit("claim/" + point)
 	if r.afterWrite == nil {
 		return nil
 	}
