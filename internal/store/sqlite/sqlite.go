@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
@@ -41,10 +42,17 @@ type Store struct {
 	readers *sql.DB
 	// Prepared once: parsing SQL costs more than a Get itself.
 	get, insert, update *sql.Stmt
+	// decoded keeps records as Get last decoded them, by key: a Get that
+	// finds the same version in the file reuses it instead of decoding the
+	// JSON again (most of a Get's work; replays and polls read records
+	// that rarely change).
+	decoded decodedCache
 }
 
 const (
-	getSQL    = `SELECT version, data FROM records WHERE kind = ? AND id = ?`
+	// getSQL reads a record's version, and its data only when the version
+	// is not the one given (the one decoded already).
+	getSQL    = `SELECT version, CASE WHEN version = ? THEN NULL ELSE data END FROM records WHERE kind = ? AND id = ?`
 	insertSQL = `
 		INSERT INTO records (kind, id, instance_id, phase, op_state, version, created_at, updated_at, data)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -213,20 +221,72 @@ func (s *Store) Insert(ctx context.Context, r *engine.Record) error {
 
 // Get implements engine.Store.
 func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.Record, error) {
+	cached := s.decoded.get(kind, id)
+	var known int64 // versions start at 1
+	if cached != nil {
+		known = cached.Version
+	}
 	var version int64
 	var data []byte
-	err := s.get.QueryRowContext(ctx, kind, id).Scan(&version, &data)
+	err := s.get.QueryRowContext(ctx, known, kind, id).Scan(&version, &data)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, engine.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, err)
 	}
+	if data == nil && cached != nil && version == known {
+		// Versions only grow, by one per committed write, and records are
+		// never deleted: the same version is the same record.
+		return cached.Clone(), nil
+	}
 	r, err := store.Decode(version, data)
 	if err != nil {
 		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, err)
 	}
+	s.decoded.put(r.Clone())
 	return r, nil
+}
+
+// decodedCacheSize bounds the records a Store keeps decoded (a few KiB
+// each).
+const decodedCacheSize = 4096
+
+// decodedCache maps a record's key to the record as last decoded. It is
+// only ever a shortcut past the JSON: Get checks the version in the file
+// first, so records written by another Store or process are never missed.
+type decodedCache struct {
+	mu sync.Mutex
+	m  map[decodedKey]*engine.Record
+}
+
+type decodedKey struct {
+	kind engine.Kind
+	id   string
+}
+
+func (c *decodedCache) get(kind engine.Kind, id string) *engine.Record {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[decodedKey{kind, id}]
+}
+
+// put keeps r, which the cache owns from now on; when full, it first
+// forgets an arbitrary record.
+func (c *decodedCache) put(r *engine.Record) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[decodedKey]*engine.Record)
+	}
+	k := decodedKey{r.Kind, r.ID}
+	if _, ok := c.m[k]; !ok && len(c.m) >= decodedCacheSize {
+		for old := range c.m {
+			delete(c.m, old)
+			break
+		}
+	}
+	c.m[k] = r
 }
 
 // Update implements engine.Store.

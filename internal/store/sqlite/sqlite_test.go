@@ -324,3 +324,51 @@ func TestTwoStoresOneFile(t *testing.T) {
 func BenchmarkInsertGet(b *testing.B) {
 	storetest.Bench(b, open(b, filepath.Join(b.TempDir(), "bucketbroker.db")))
 }
+
+// TestDecodedRecordsStayCurrent checks the shortcut past decoding: a Get
+// after another Store on the same file (another process, say) wrote the
+// record sees the new write, and changing a record a Get returned changes
+// nothing that a later Get returns.
+func TestDecodedRecordsStayCurrent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bucketbroker.db")
+	a, b := open(t, path), open(t, path)
+	ctx := t.Context()
+	if err := a.Insert(ctx, record("b1")); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		got, err := a.Get(ctx, engine.KindBinding, "b1") // decoded, then reused
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Version != int64(i+1) {
+			t.Fatalf("round %d: Get = version %d, want %d", i, got.Version, i+1)
+		}
+		got.Phase, got.SealedSecret[0] = engine.PhaseFailed, 9 // the caller's copy
+		again, err := a.Get(ctx, engine.KindBinding, "b1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.Phase == engine.PhaseFailed || again.SealedSecret[0] == 9 {
+			t.Fatalf("round %d: a change to one Get's record shows in the next: %+v", i, again)
+		}
+		// The other Store writes; a's next Get must see it.
+		other, err := b.Get(ctx, engine.KindBinding, "b1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		other.Phase = engine.PhaseReady
+		other.Op.Description = fmt.Sprintf("write %d", i+1)
+		if err := b.Update(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+		seen, err := a.Get(ctx, engine.KindBinding, "b1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen.Version != other.Version || seen.Op.Description != other.Op.Description || seen.Phase != engine.PhaseReady {
+			t.Fatalf("round %d: after another store's write Get = v%d %q, want v%d %q",
+				i, seen.Version, seen.Op.Description, other.Version, other.Op.Description)
+		}
+	}
+}
