@@ -5,6 +5,16 @@
 // attributes), and the IAM API keeps users, access keys and inline policies
 // under DataDir/iam.
 //
+// The IAM API is versitygw's, but its storage is arranged here: versitygw's
+// file store keeps every user in one JSON file that each call parses and
+// each change rewrites in full, so a call costs time in proportion to the
+// number of users (135 ms per driver call at 300 users against 6 ms at a
+// few). userStore gives each user versitygw's store of its own, in
+// DataDir/iam/users/, and keeps in memory only which store holds which user
+// name and access key. Roles, OIDC providers, sessions, and users made
+// before this layout stay in DataDir/iam/iam.json and are served as before.
+// BenchmarkProvision measures a driver call as the users grow.
+//
 // The gateway does not hold any user's secret: it asks the IAM API, over a
 // private unix socket, to verify each SigV4 signature and to evaluate the
 // caller's inline policies. A key deleted through the IAM API is therefore

@@ -176,15 +176,9 @@ func (s *Server) start(ctx context.Context, cfg Config, objectsDir, versionsDir,
 	creds := credentials.NewStaticCredentialsProvider(cfg.RootAccessKey, cfg.RootSecretKey, "")
 	s.iamAddr, s.iam, err = startListener(ctx, "IAM API", cfg.IAMListen, func(addr string) (*component, func(context.Context) error) {
 		c := launch(func(ctx context.Context) error {
-			return embedgw.RunIAMAPI(ctx, &embedgw.IAMConfig{
-				RootUserAccess: cfg.RootAccessKey,
-				RootUserSecret: cfg.RootSecretKey,
-				Ports:          []string{addr},
-				MaxConnections: maxConnections,
-				MaxRequests:    maxRequests,
-				PrivatePorts:   []string{sockPath},
-				IAMDir:         iamDir,
-				Quiet:          true,
+			return runIAMAPI(ctx, iamConfig{
+				rootAccess: cfg.RootAccessKey, rootSecret: cfg.RootSecretKey,
+				addr: addr, socket: sockPath, dir: iamDir,
 			})
 		})
 		client := iam.NewFromConfig(probeConfig(IAMRegion, creds), func(o *iam.Options) {

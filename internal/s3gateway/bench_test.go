@@ -1,0 +1,142 @@
+package s3gateway
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+var benchUsers = flag.Int("users", 500, "BenchmarkProvision: bucket + credential pairs to create (1-5000)")
+
+// BenchmarkProvision creates -users buckets, then as many credentials,
+// through the s3iam driver, 10 at a time as the controller calls it, then
+// revokes the credentials and deletes the buckets, and logs the mean time of
+// a driver call in each tenth of each phase: whether a call costs more as
+// the number of IAM users grows. Run
+// it with -cpuprofile, -blockprofile or -mutexprofile to see where.
+//
+//	go test -run '^$' -bench Provision -benchtime 1x ./internal/s3gateway/ -users 500
+func BenchmarkProvision(b *testing.B) {
+	n := *benchUsers
+	if n < 1 || n > 5000 {
+		b.Fatalf("-users %d: want 1 to 5000", n)
+	}
+	for range b.N {
+		benchProvision(b, n)
+	}
+}
+
+func benchProvision(b *testing.B, n int) {
+	cfg := Config{
+		DataDir:       b.TempDir(),
+		RootAccessKey: "ROOTBENCH0000000",
+		RootSecretKey: "bench-secret-bench-secret-bench-secret",
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	srv, err := Start(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = srv.Stop(context.Background()) }()
+	drv, err := s3iam.New(s3iam.Config{
+		S3Endpoint: srv.S3Endpoint(), IAMEndpoint: srv.IAMEndpoint(), Region: srv.Region(), PathStyle: true,
+		AccessKeyID: cfg.RootAccessKey, SecretAccessKey: cfg.RootSecretKey,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	name := func(i int) (bucket, user, owner string) {
+		id := fmt.Sprintf("bench-%05d", i)
+		return driver.BucketName("bb", "claim", id), driver.UserName("bb", "claim", id), driver.OwnerMark("claim", id)
+	}
+	deciles := func(what string, f func(i int) error) time.Duration {
+		var (
+			mu    sync.Mutex
+			spent = make([]time.Duration, 10)
+			count = make([]int, 10)
+		)
+		start := time.Now()
+		err := each(n, 10, func(i int) error {
+			t0 := time.Now()
+			err := f(i)
+			d := time.Since(t0)
+			mu.Lock()
+			spent[i*10/n] += d
+			count[i*10/n]++
+			mu.Unlock()
+			return err
+		})
+		if err != nil {
+			b.Fatalf("%s: %v", what, err)
+		}
+		took := time.Since(start)
+		line := ""
+		for k := range spent {
+			if count[k] > 0 {
+				line += fmt.Sprintf(" %v", (spent[k] / time.Duration(count[k])).Round(100*time.Microsecond))
+			}
+		}
+		b.Logf("%s %d: %s in all; mean per item by tenth of the run:%s", what, n, took.Round(time.Millisecond), line)
+		return took
+	}
+	b.ResetTimer()
+	var create, remove time.Duration
+	create += deciles("EnsureBucket", func(i int) error {
+		bucket, _, owner := name(i)
+		return drv.EnsureBucket(ctx, driver.BucketSpec{Name: bucket, Owner: owner})
+	})
+	create += deciles("EnsureCredential", func(i int) error {
+		bucket, user, owner := name(i)
+		_, err := drv.EnsureCredential(ctx, driver.CredentialSpec{UserName: user, Owner: owner, Bucket: bucket, Access: driver.AccessReadWrite})
+		return err
+	})
+	remove += deciles("RevokeCredential", func(i int) error {
+		_, user, owner := name(i)
+		return drv.RevokeCredential(ctx, user, owner)
+	})
+	remove += deciles("DeleteBucket", func(i int) error {
+		bucket, _, owner := name(i)
+		return drv.DeleteBucket(ctx, bucket, owner, true)
+	})
+	b.StopTimer()
+	b.ReportMetric(create.Seconds(), "s-create")
+	b.ReportMetric(remove.Seconds(), "s-delete")
+	b.ReportMetric(0, "ns/op")
+}
+
+// each runs f(0..n-1) on workers goroutines and returns the first error.
+func each(n, workers int, f func(i int) error) error {
+	var (
+		wg    sync.WaitGroup
+		next  atomic.Int64
+		mu    sync.Mutex
+		first error
+	)
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := f(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}

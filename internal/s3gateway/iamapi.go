@@ -1,0 +1,61 @@
+package s3gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/versity/versitygw/iamapi"
+	"github.com/versity/versitygw/iamapi/private"
+)
+
+// iamConfig is what runIAMAPI needs.
+type iamConfig struct {
+	rootAccess, rootSecret string
+	addr                   string // public IAM API, host:port
+	socket                 string // private API for the gateway, a unix socket path
+	dir                    string // the IAM directory
+}
+
+// runIAMAPI serves versitygw's IAM API and its private API (signature
+// checks and policy evaluation for the gateway) on a userStore, until ctx
+// ends. It does what embedgw.RunIAMAPI does for a file store with the
+// options Start used there, except that RunIAMAPI can only build the store
+// itself, and its file store costs time in proportion to the number of
+// users (see userStore).
+func runIAMAPI(ctx context.Context, cfg iamConfig) error {
+	store, err := newUserStore(ctx, cfg.dir)
+	if err != nil {
+		return err
+	}
+	root := iamapi.RootCredentials{Access: cfg.rootAccess, Secret: cfg.rootSecret}
+	public, err := iamapi.New(store, root,
+		iamapi.WithConcurrencyLimiter(maxConnections, maxRequests),
+		iamapi.WithKeepAlive(),
+		iamapi.WithQuiet())
+	if err != nil {
+		return fmt.Errorf("init IAM API: %w", err)
+	}
+	priv, err := private.New(store, root, private.WithPrivateQuiet())
+	if err != nil {
+		return fmt.Errorf("init private IAM API: %w", err)
+	}
+
+	errs := make(chan error, 2)
+	go func() { errs <- public.ServeMultiPort([]string{cfg.addr}) }()
+	go func() { errs <- servePlain(priv.ServeMultiPort, []string{cfg.socket}) }()
+	select {
+	case <-ctx.Done():
+		err = nil
+	case err = <-errs:
+	}
+	return errors.Join(err, public.Shutdown(), priv.Shutdown())
+}
+
+// servePlain calls a ServeMultiPort whose TLS options are of a type
+// versitygw keeps internal, with none: the private API then serves unix
+// sockets only, and refuses any other address.
+func servePlain[T any](serve func([]string, T) error, addrs []string) error {
+	var none T
+	return serve(addrs, none)
+}

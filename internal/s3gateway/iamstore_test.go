@@ -1,0 +1,309 @@
+package s3gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/google/go-cmp/cmp"
+	"github.com/versity/versitygw/iamapi/iamerr"
+	"github.com/versity/versitygw/iamapi/storage"
+	"github.com/versity/versitygw/iamapi/types"
+)
+
+func openUserStore(t *testing.T, dir string) *userStore {
+	t.Helper()
+	s, err := newUserStore(context.Background(), dir)
+	if err != nil {
+		t.Fatalf("newUserStore: %v", err)
+	}
+	return s
+}
+
+func newUser(name, id string) types.User {
+	return types.User{UserName: name, UserID: id, Path: "/", Arn: "arn:aws:iam::000000000000:user/" + name}
+}
+
+func iamCode(err error) string {
+	var apiErr iamerr.Error
+	if errors.As(err, &apiErr) {
+		return apiErr.Code
+	}
+	return ""
+}
+
+func userNames(t *testing.T, s storage.Storer, in storage.ListUsersInput) ([]string, *storage.ListUsersOutput) {
+	t.Helper()
+	out, err := s.ListUsers(context.Background(), in)
+	if err != nil {
+		t.Fatalf("ListUsers: %v", err)
+	}
+	var names []string
+	for _, u := range out.Users {
+		names = append(names, u.UserName)
+	}
+	return names, out
+}
+
+// TestUserStoreAcrossUsers checks what userStore decides itself, across the
+// per-user stores: names unique regardless of case, user and key ids unique,
+// listing and paging over every store, renames, and a reopened store that
+// finds everything again and drops what a crash left half made.
+func TestUserStoreAcrossUsers(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openUserStore(t, dir)
+
+	for i, name := range []string{"carol", "Alice", "bob"} {
+		if _, err := s.CreateUser(ctx, newUser(name, fmt.Sprintf("AIDA%04d", i))); err != nil {
+			t.Fatalf("CreateUser %s: %v", name, err)
+		}
+	}
+	if _, err := s.CreateUser(ctx, newUser("ALICE", "AIDA0100")); iamCode(err) != "EntityAlreadyExists" {
+		t.Errorf("CreateUser ALICE while Alice exists: got %v, want EntityAlreadyExists (IAM names are case-insensitive)", err)
+	}
+	if _, err := s.CreateUser(ctx, newUser("dave", "AIDA0000")); !errors.Is(err, storage.ErrUserIDAlreadyExists) {
+		t.Errorf("CreateUser with carol's user id: got %v, want ErrUserIDAlreadyExists", err)
+	}
+	if _, err := s.GetUser(ctx, "dave"); iamCode(err) != "NoSuchEntity" {
+		t.Errorf("GetUser dave after a refused create: got %v, want NoSuchEntity", err)
+	}
+
+	key := storage.CreateAccessKeyInput{UserName: "alice", AccessKeyID: "AKIA0001", SecretAccessKey: "s1", Status: "Active", CreateDate: time.Now()}
+	if _, err := s.CreateAccessKey(ctx, key); err != nil {
+		t.Fatalf("CreateAccessKey: %v", err)
+	}
+	key.UserName = "bob"
+	if _, err := s.CreateAccessKey(ctx, key); !errors.Is(err, storage.ErrAccessKeyIDAlreadyExists) {
+		t.Errorf("CreateAccessKey for bob with alice's key id: got %v, want ErrAccessKeyIDAlreadyExists", err)
+	}
+	if u, err := s.GetUserByAccessKeyID(ctx, "AKIA0001"); err != nil || u.UserName != "Alice" {
+		t.Errorf("GetUserByAccessKeyID: got %v, %v; want Alice", u, err)
+	}
+	if err := s.PutUserPolicy(ctx, storage.PutUserPolicyInput{UserName: "alice", PolicyName: "p", PolicyDocument: `{"Version":"2012-10-17","Statement":[]}`}); err != nil {
+		t.Fatalf("PutUserPolicy: %v", err)
+	}
+	if err := s.DeleteUser(ctx, "Alice"); iamCode(err) != "DeleteConflict" {
+		t.Errorf("DeleteUser with a policy and a key: got %v, want DeleteConflict", err)
+	}
+
+	names, out := userNames(t, s, storage.ListUsersInput{MaxItems: 2})
+	if diff := cmp.Diff([]string{"Alice", "bob"}, names); diff != "" || !out.IsTruncated || out.Marker != "bob" {
+		t.Errorf("ListUsers MaxItems 2: -want +got\n%s (truncated %v, marker %q)", diff, out.IsTruncated, out.Marker)
+	}
+	names, out = userNames(t, s, storage.ListUsersInput{Marker: "bob"})
+	if diff := cmp.Diff([]string{"carol"}, names); diff != "" || out.IsTruncated {
+		t.Errorf("ListUsers after bob: -want +got\n%s (truncated %v)", diff, out.IsTruncated)
+	}
+
+	if _, err := s.UpdateUser(ctx, storage.UpdateUserInput{UserName: "bob", NewUserName: "CAROL"}); iamCode(err) != "EntityAlreadyExists" {
+		t.Errorf("rename bob to CAROL: got %v, want EntityAlreadyExists", err)
+	}
+	if _, err := s.UpdateUser(ctx, storage.UpdateUserInput{UserName: "bob", NewUserName: "erin"}); err != nil {
+		t.Fatalf("rename bob to erin: %v", err)
+	}
+	if _, err := s.GetUser(ctx, "bob"); iamCode(err) != "NoSuchEntity" {
+		t.Errorf("GetUser bob after the rename: got %v, want NoSuchEntity", err)
+	}
+	if _, err := s.CreateUser(ctx, newUser("bob", "AIDA0200")); err != nil {
+		t.Errorf("CreateUser bob after bob was renamed: %v", err)
+	}
+	if err := s.DeleteUser(ctx, "carol"); err != nil {
+		t.Fatalf("DeleteUser carol: %v", err)
+	}
+	countDirs := func(what string, want int) {
+		t.Helper()
+		entries, err := os.ReadDir(filepath.Join(dir, usersDir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) != want {
+			t.Errorf("%s: %d user directories, want %d (one per user)", what, len(entries), want)
+		}
+	}
+	countDirs("after deleting carol", 3)
+
+	// A crash between making a user's directory and writing the user
+	// leaves an empty store behind.
+	crashed := filepath.Join(dir, usersDir, "uhalfmade")
+	if err := os.Mkdir(crashed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r := openUserStore(t, dir)
+	names, _ = userNames(t, r, storage.ListUsersInput{})
+	if diff := cmp.Diff([]string{"Alice", "bob", "erin"}, names); diff != "" {
+		t.Errorf("ListUsers after reopening: -want +got\n%s", diff)
+	}
+	if u, err := r.GetUserByAccessKeyID(ctx, "AKIA0001"); err != nil || u.UserName != "Alice" {
+		t.Errorf("GetUserByAccessKeyID after reopening: got %v, %v; want Alice", u, err)
+	}
+	if _, err := os.Stat(crashed); !os.IsNotExist(err) {
+		t.Errorf("empty user directory %s still there after reopening (stat: %v)", crashed, err)
+	}
+	countDirs("after reopening", 3)
+}
+
+// TestUserStoreKeepsOlderUsers opens an IAM directory written by
+// versitygw's own store (every user in iam.json), as data directories made
+// before userStore have: those users, their keys and policies are served
+// as before, alongside new ones.
+func TestUserStoreKeepsOlderUsers(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	old, err := storage.NewInternal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.CreateUser(ctx, newUser("Legacy", "AIDAOLD1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.CreateAccessKey(ctx, storage.CreateAccessKeyInput{UserName: "Legacy", AccessKeyID: "AKIAOLD1", SecretAccessKey: "s", Status: "Active"}); err != nil {
+		t.Fatal(err)
+	}
+
+	s := openUserStore(t, dir)
+	if _, err := s.CreateUser(ctx, newUser("legacy", "AIDANEW1")); iamCode(err) != "EntityAlreadyExists" {
+		t.Errorf("CreateUser legacy: got %v, want EntityAlreadyExists", err)
+	}
+	if _, err := s.CreateUser(ctx, newUser("fresh", "AIDAOLD1")); !errors.Is(err, storage.ErrUserIDAlreadyExists) {
+		t.Errorf("CreateUser with Legacy's user id: got %v, want ErrUserIDAlreadyExists", err)
+	}
+	if _, err := s.CreateUser(ctx, newUser("fresh", "AIDANEW2")); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := s.GetUserByAccessKeyID(ctx, "AKIAOLD1"); err != nil || u.UserName != "Legacy" {
+		t.Errorf("GetUserByAccessKeyID of the older user's key: got %v, %v", u, err)
+	}
+	names, _ := userNames(t, s, storage.ListUsersInput{})
+	if diff := cmp.Diff([]string{"Legacy", "fresh"}, names); diff != "" {
+		t.Errorf("ListUsers: -want +got\n%s", diff)
+	}
+	if err := s.DeleteAccessKey(ctx, "legacy", "AKIAOLD1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetUserByAccessKeyID(ctx, "AKIAOLD1"); iamCode(err) != "NoSuchEntity" {
+		t.Errorf("GetUserByAccessKeyID of a deleted key: got %v, want NoSuchEntity", err)
+	}
+	if err := s.DeleteUser(ctx, "Legacy"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.GetUser(ctx, "Legacy"); iamCode(err) != "NoSuchEntity" {
+		t.Errorf("the older user is still in iam.json after DeleteUser: %v", err)
+	}
+}
+
+// TestUserStoreConcurrentSameName creates, uses and deletes the same few
+// names from many goroutines (run with -race): every call ends in success
+// or in IAM's own answer for the state it met, and what is left is
+// consistent with the index.
+func TestUserStoreConcurrentSameName(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openUserStore(t, dir)
+	allowed := map[string]bool{"": true, "NoSuchEntity": true, "EntityAlreadyExists": true, "DeleteConflict": true}
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed []string
+	)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 40 {
+				name := fmt.Sprintf("user%d", i%3)
+				var err error
+				switch (g + i) % 4 {
+				case 0:
+					_, err = s.CreateUser(ctx, newUser(name, fmt.Sprintf("AIDA%d-%d", g, i)))
+				case 1:
+					err = s.PutUserPolicy(ctx, storage.PutUserPolicyInput{UserName: name, PolicyName: "p", PolicyDocument: "{}"})
+				case 2:
+					_ = s.DeleteUserPolicy(ctx, name, "p")
+					err = s.DeleteUser(ctx, name)
+				case 3:
+					_, err = s.ListUsers(ctx, storage.ListUsersInput{})
+				}
+				if err != nil && !allowed[iamCode(err)] {
+					mu.Lock()
+					failed = append(failed, err.Error())
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(failed) > 0 {
+		t.Errorf("unexpected errors:\n%s", strings.Join(failed, "\n"))
+	}
+	names, _ := userNames(t, s, storage.ListUsersInput{})
+	r := openUserStore(t, dir)
+	again, _ := userNames(t, r, storage.ListUsersInput{})
+	if diff := cmp.Diff(names, again); diff != "" {
+		t.Errorf("users after reopening differ from before: -before +after\n%s", diff)
+	}
+	entries, err := os.ReadDir(filepath.Join(dir, usersDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != len(names) {
+		t.Errorf("%d user directories for %d users", len(entries), len(names))
+	}
+}
+
+// TestIAMUsersPersistAcrossRestart goes through the servers: a user's key
+// works for its bucket only, still does after a restart, and is refused by
+// the very next request once deleted.
+func TestIAMUsersPersistAcrossRestart(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfig(t, t.TempDir())
+	bucket := "scoped-" + randomKey(t)
+	first := start(t, cfg)
+	rootIAM := iam.New(iam.Options{
+		Region: IAMRegion, BaseEndpoint: aws.String(first.IAMEndpoint()), Retryer: aws.NopRetryer{},
+		Credentials: credentials.NewStaticCredentialsProvider(cfg.RootAccessKey, cfg.RootSecretKey, ""),
+	})
+	if _, err := s3Client(first, cfg.RootAccessKey, cfg.RootSecretKey).CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rootIAM.CreateUser(ctx, &iam.CreateUserInput{UserName: aws.String("app")}); err != nil {
+		t.Fatal(err)
+	}
+	policy := `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:ListBucket"],"Resource":["arn:aws:s3:::` + bucket + `"]}]}`
+	if _, err := rootIAM.PutUserPolicy(ctx, &iam.PutUserPolicyInput{UserName: aws.String("app"), PolicyName: aws.String("p"), PolicyDocument: &policy}); err != nil {
+		t.Fatal(err)
+	}
+	key, err := rootIAM.CreateAccessKey(ctx, &iam.CreateAccessKeyInput{UserName: aws.String("app")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ak, sk := aws.ToString(key.AccessKey.AccessKeyId), aws.ToString(key.AccessKey.SecretAccessKey)
+	stop(t, first)
+
+	second := start(t, cfg)
+	app := s3Client(second, ak, sk)
+	if _, err := app.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &bucket}); err != nil {
+		t.Errorf("ListObjectsV2 with the user's key after a restart: %v", err)
+	}
+	if _, err := app.ListBuckets(ctx, &s3.ListBucketsInput{}); apiCode(err) != "AccessDenied" {
+		t.Errorf("ListBuckets with a key scoped to one bucket: got %v, want AccessDenied", err)
+	}
+	rootIAM = iam.New(iam.Options{
+		Region: IAMRegion, BaseEndpoint: aws.String(second.IAMEndpoint()), Retryer: aws.NopRetryer{},
+		Credentials: credentials.NewStaticCredentialsProvider(cfg.RootAccessKey, cfg.RootSecretKey, ""),
+	})
+	if _, err := rootIAM.DeleteAccessKey(ctx, &iam.DeleteAccessKeyInput{UserName: aws.String("app"), AccessKeyId: &ak}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &bucket}); apiCode(err) != "InvalidAccessKeyId" {
+		t.Errorf("ListObjectsV2 with a deleted key: got %v, want InvalidAccessKeyId", err)
+	}
+}
