@@ -21,6 +21,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	stopClaimAPIServer()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
