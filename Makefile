@@ -25,7 +25,7 @@ test-quick: ## Run the tests without the race detector and without external serv
 
 .PHONY: test-crash
 test-crash: ## Run the exactly-once proof (crash points, duplicate storms, backend outage and faults); prints the table of docs/guarantees.md
-	BUCKETBROKER_TEST_VERSITYGW=$$(hack/versitygw.sh build) $(GO) test -count=1 -v -timeout 15m ./test/crash
+	set -o pipefail; assets=$$(hack/envtest-assets.sh | tail -n 1) && KUBEBUILDER_ASSETS=$$assets BUCKETBROKER_TEST_VERSITYGW=$$(hack/versitygw.sh build) $(GO) test -count=1 -v -timeout 15m ./test/crash
 
 .PHONY: generate
 generate: ## Regenerate deepcopy code and CRD YAML from api/ (controller-gen, cached)
