@@ -70,6 +70,15 @@ var _ storage.Storer = (*userStore)(nil)
 // directory and writing the user, or between deleting the user and its
 // directory, leaves: it is removed.
 func newUserStore(ctx context.Context, dir string) (*userStore, error) {
+	if unwritten, err := unwrittenStore(dir); err != nil {
+		return nil, fmt.Errorf("open IAM store: %w", err)
+	} else if unwritten {
+		// Only the first start on a fresh data dir writes root's file
+		// this way: nothing was stored in it yet.
+		if err := os.Remove(filepath.Join(dir, storeFile)); err != nil {
+			return nil, fmt.Errorf("open IAM store: %w", err)
+		}
+	}
 	root, err := storage.NewInternal(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open IAM store %s: %w", dir, err)
@@ -97,6 +106,14 @@ func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 			continue
 		}
 		udir := filepath.Join(dir, usersDir, e.Name())
+		if unwritten, err := unwrittenStore(udir); err != nil {
+			return nil, fmt.Errorf("open IAM store: %w", err)
+		} else if unwritten {
+			if err := os.RemoveAll(udir); err != nil {
+				return nil, fmt.Errorf("open IAM store: remove unwritten %s: %w", udir, err)
+			}
+			continue
+		}
 		st, err := storage.NewInternal(udir)
 		if err != nil {
 			return nil, fmt.Errorf("open IAM store %s: %w", udir, err)
@@ -117,6 +134,29 @@ func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 		}
 	}
 	return s, nil
+}
+
+// storeFile is the file of versitygw's file store (storage.InternalStore)
+// in its directory.
+const storeFile = "iam.json"
+
+// unwrittenStore reports whether the store in dir has an empty file. The
+// file store writes every change to a temporary file renamed over the old
+// one, so a change is whole or absent; but the very first write, of the
+// empty default when the file is missing, is a plain create-then-write,
+// and a process killed between the two leaves an empty file that the
+// store then refuses to parse ("unexpected end of JSON input") at every
+// start after. Such a file never held a user: the directory of a user
+// whose creation died there is removed, root's file written anew.
+func unwrittenStore(dir string) (bool, error) {
+	fi, err := os.Stat(filepath.Join(dir, storeFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return fi.Size() == 0, nil
 }
 
 func (s *userStore) count(ctx context.Context, sh *userShard) (int, error) {
@@ -152,7 +192,7 @@ func (s *userStore) index(ctx context.Context, sh *userShard) error {
 
 func (sh *userShard) where(dir string) string {
 	if sh.dir == "" {
-		return filepath.Join(dir, "iam.json")
+		return filepath.Join(dir, storeFile)
 	}
 	return sh.dir
 }

@@ -307,3 +307,39 @@ func TestIAMUsersPersistAcrossRestart(t *testing.T) {
 		t.Errorf("ListObjectsV2 with a deleted key: got %v, want InvalidAccessKeyId", err)
 	}
 }
+
+// TestUserStoreDropsUnwrittenStores is the state a kill -9 inside the file
+// store's first write leaves (found by test/crash TestKillUnderLoad): an
+// empty iam.json in a user's directory, or in the IAM directory itself on
+// a first start. Both held no user; the store opens, without them, and
+// every user that was stored is still there.
+func TestUserStoreDropsUnwrittenStores(t *testing.T) {
+	dir := t.TempDir()
+	s := openUserStore(t, dir)
+	if _, err := s.CreateUser(context.Background(), newUser("alice", "AIDA0001")); err != nil {
+		t.Fatal(err)
+	}
+	dead := filepath.Join(dir, usersDir, "deadbeef")
+	if err := os.Mkdir(dead, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dead, storeFile), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	names, _ := userNames(t, openUserStore(t, dir), storage.ListUsersInput{})
+	if diff := cmp.Diff([]string{"alice"}, names); diff != "" {
+		t.Errorf("users after reopening (-want +got):\n%s", diff)
+	}
+	if _, err := os.Stat(dead); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the unwritten user directory is still there: %v", err)
+	}
+
+	fresh := t.TempDir()
+	if err := os.WriteFile(filepath.Join(fresh, storeFile), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s = openUserStore(t, fresh)
+	if _, err := s.CreateUser(context.Background(), newUser("bob", "AIDA0002")); err != nil {
+		t.Fatalf("create a user after root's unwritten file: %v", err)
+	}
+}
