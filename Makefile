@@ -27,6 +27,14 @@ test-quick: ## Run the tests without the race detector and without external serv
 test-crash: ## Run the exactly-once proof (crash points, duplicate storms, backend outage and faults); prints the table of docs/guarantees.md
 	set -o pipefail; assets=$$(hack/envtest-assets.sh | tail -n 1) && KUBEBUILDER_ASSETS=$$assets BUCKETBROKER_TEST_VERSITYGW=$$(hack/versitygw.sh build) $(GO) test -count=1 -v -timeout 15m ./test/crash
 
+.PHONY: test-seaweedfs
+test-seaweedfs: ## Run the s3iam driver's conformance suite against SeaweedFS (weed mini; built once by hack/seaweedfs.sh, about 8 minutes cold)
+	hack/seaweedfs.sh build >/dev/null
+	dir=$$(mktemp -d "$${TMPDIR:-/tmp}/bucketbroker-seaweedfs.XXXXXX"); \
+	  trap 'hack/seaweedfs.sh stop "$$dir"; rm -rf "$$dir"' EXIT; \
+	  env=$$(hack/seaweedfs.sh start "$$dir") && eval "$$env" && \
+	  $(GO) test -count=1 -v -timeout 15m -run TestConformanceSeaweedFS ./internal/driver/s3iam
+
 .PHONY: generate
 generate: ## Regenerate deepcopy code and CRD YAML from api/ (controller-gen, cached)
 	hack/generate.sh

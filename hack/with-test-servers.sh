@@ -6,7 +6,13 @@
 #   - PostgreSQL (installed from Debian packages when missing), a throwaway
 #     cluster for the PostgreSQL store's tests;
 #   - kube-apiserver and etcd binaries for envtest (built from the Go module
-#     proxy once: about 15 minutes cold; envtest starts them per test run).
+#     proxy once: about 15 minutes cold; envtest starts them per test run);
+#   - SeaweedFS (`weed mini`), for the s3iam driver's conformance suite
+#     against a second S3 + IAM implementation. Optional: it starts only when
+#     its build is already cached (hack/seaweedfs.sh build, about 8 minutes
+#     and 2.6 GB of build cache cold) or BUCKETBROKER_SEAWEEDFS=1 asks for
+#     the build; BUCKETBROKER_SEAWEEDFS=0 leaves it out. Left out, its test
+#     skips and says why.
 #
 # The embedded S3 server and SQLite run inside the tests themselves.
 # Builds are cached under ${BUCKETBROKER_CACHE:-$HOME/.cache/bucketbroker},
@@ -20,6 +26,7 @@ cd "$(dirname "$0")/.."
 work=$(mktemp -d "${TMPDIR:-/tmp}/bucketbroker-test-servers.XXXXXX")
 chmod 755 "$work" # PostgreSQL runs as its own user and must reach its folder
 cleanup() {
+  hack/seaweedfs.sh stop "$work/swfs" >&2 || true
   hack/versitygw.sh stop "$work/vgw" >&2 || true
   hack/postgres.sh stop "$work/pg" >&2 || true
   rm -rf "$work"
@@ -33,11 +40,28 @@ vgw_env=$(hack/versitygw.sh start "$work/vgw")
 pg_env=$(hack/postgres.sh start "$work/pg")
 eval "$vgw_env"
 eval "$pg_env"
+# The SeaweedFS test reads BUCKETBROKER_TEST_SEAWEEDFS_SKIP: in CI an
+# optional server left out is a skip, with this reason, not a failure.
+swfs_skip=""
+case "${BUCKETBROKER_SEAWEEDFS:-}" in
+  1) ;;
+  0) swfs_skip="BUCKETBROKER_SEAWEEDFS=0 left SeaweedFS out" ;;
+  *) hack/seaweedfs.sh cached >/dev/null 2>&1 ||
+       swfs_skip="no cached SeaweedFS build (hack/seaweedfs.sh build, or BUCKETBROKER_SEAWEEDFS=1, builds it: about 8 minutes)" ;;
+esac
+if [ -z "$swfs_skip" ]; then
+  swfs_env=$(hack/seaweedfs.sh start "$work/swfs")
+  eval "$swfs_env"
+else
+  echo "SeaweedFS left out: $swfs_skip" >&2
+  export BUCKETBROKER_TEST_SEAWEEDFS_SKIP="$swfs_skip"
+fi
 KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh | tail -n 1)
 export KUBEBUILDER_ASSETS
 echo "test servers ready in $(( $(date +%s) - t0 ))s" >&2
 
-# With the servers up, a test that finds one missing is a failure, not a skip.
+# With the servers up, a test that finds one missing is a failure, not a skip
+# (except SeaweedFS when it was left out above: its test reads the reason).
 export CI=true
 set +e
 "$@"

@@ -10,7 +10,10 @@
 // CreateBucket; extra tags from the spec sit beside it and are replaced on
 // each EnsureBucket. Keys under bucketbroker.io/ are reserved. Every user
 // is created with path /bucketbroker/ and the same tag, in the CreateUser
-// call itself, so a user of ours is never unmarked.
+// call itself, so a user of ours is never unmarked. A server that ignores
+// the tags of CreateUser (SeaweedFS) gets them from TagUser right after;
+// there a crash in between leaves an unmarked user, which EnsureCredential
+// refuses like any other.
 //
 // Each call looks before it acts. A resource with the caller's mark is
 // adopted; one with another mark, or none, is refused with
