@@ -295,11 +295,24 @@ func (r *run) del(path string, first harness.Reply) bool {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if rep := r.b.Do("DELETE", path+harness.DeleteQuery, nil); rep.Err != nil || rep.Code != http.StatusGone {
+	if rep := r.answered("DELETE", path+harness.DeleteQuery, nil); rep.Err != nil || rep.Code != http.StatusGone {
 		r.mark(leaked, "DELETE %s after it is done answered %s, want 410", path, rep)
 		return false
 	}
 	return true
+}
+
+// answered sends a request until it gets an answer that is not a server
+// error: the broker may be down for a moment (killed and starting again).
+func (r *run) answered(method, path string, body any) harness.Reply {
+	deadline := time.Now().Add(replay)
+	for {
+		rep := r.b.Do(method, path, body)
+		if (rep.Err == nil && rep.Code < 500) || time.Now().After(deadline) {
+			return rep
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // expectBuckets checks how many buckets the backend holds.

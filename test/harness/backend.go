@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
+	iamtypes "github.com/aws/aws-sdk-go-v2/service/iam/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
@@ -47,18 +48,23 @@ func (be Backend) Buckets() ([]string, error) {
 	return names, nil
 }
 
-// Keys maps every backend user that is ours to its access key ids.
+// Keys maps every backend user that is ours to its access key ids (all
+// pages: IAM lists 100 users per page).
 func (be Backend) Keys() (map[string][]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := iam.New(iam.Options{Region: "us-east-1", BaseEndpoint: aws.String(be.IAM),
 		Credentials: credentials.NewStaticCredentialsProvider(be.AccessKey, be.SecretKey, "")})
-	out, err := c.ListUsers(ctx, &iam.ListUsersInput{})
-	if err != nil {
-		return nil, fmt.Errorf("list users: %w", err)
+	var users []iamtypes.User
+	for p := iam.NewListUsersPaginator(c, &iam.ListUsersInput{}); p.HasMorePages(); {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list users: %w", err)
+		}
+		users = append(users, out.Users...)
 	}
 	m := map[string][]string{}
-	for _, u := range out.Users {
+	for _, u := range users {
 		name := aws.ToString(u.UserName)
 		if !be.ours(name) {
 			continue

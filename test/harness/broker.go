@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -186,6 +187,48 @@ func (b *Broker) Stop() {
 		<-b.exited
 	}
 	b.cmd = nil
+}
+
+// Kill kills the broker with SIGKILL, as an OOM killer or a node failure
+// would, and waits until it is gone. Nothing of the process runs after
+// the signal: no deferred function, no graceful shutdown.
+func (b *Broker) Kill() {
+	if b.cmd == nil {
+		return
+	}
+	fmt.Fprintf(b.log, "=== kill -9 %s\n", time.Now().Format(time.StampMilli))
+	_ = b.cmd.Process.Kill()
+	<-b.exited
+	b.cmd = nil
+}
+
+// Audit runs `bucketbroker admin audit --output json` on the stopped
+// broker's data dir (the audit starts the embedded server itself, on the
+// broker's addresses) and returns its exit status and output. Status 0 is
+// no drift, 2 is drift found (printed), 1 the audit could not run.
+func (b *Broker) Audit() (int, string, error) {
+	if b.cmd != nil {
+		return 1, "", fmt.Errorf("audit: stop the broker first (the audit starts the embedded server on its addresses)")
+	}
+	cmd := exec.Command(b.binary, "admin", "audit", "--output", "json", "--data-dir", b.DataDir)
+	if b.embedded {
+		cmd.Args = append(cmd.Args, "--s3-listen", b.s3Ad, "--iam-listen", b.iamAdr)
+	}
+	cmd.Args = append(cmd.Args, b.Args...)
+	cmd.Env = append(os.Environ(), "BUCKETBROKER_S3_ROOT_ACCESS_KEY="+RootAK, "BUCKETBROKER_S3_ROOT_SECRET_KEY="+RootSK)
+	cmd.Env = append(cmd.Env, b.Env...)
+	var out LockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, out.String(), nil
+	case errors.As(err, &ee):
+		return ee.ExitCode(), out.String(), nil
+	default:
+		return 1, out.String(), err
+	}
 }
 
 // LockedBuffer collects a process's output while the test reads it.
