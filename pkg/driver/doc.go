@@ -6,7 +6,10 @@
 // engine serialises work per resource), and after a crash at any point of a
 // previous call. Each call therefore observes what exists, adopts what carries
 // the caller's owner mark, refuses with ErrOwnedByOther what carries anyone
-// else's (touching nothing), and creates only what is missing.
+// else's (touching nothing), and creates only what is missing. A resource
+// with no mark at all is refused the same way, unless the spec says
+// AdoptUnmarked: the caller's durable record proves it attempted the
+// creation itself and may have crashed before the mark was written.
 //
 // Owner marks are opaque strings chosen by the caller (the engine derives them
 // from the instance or binding id). A driver stores them on the backend

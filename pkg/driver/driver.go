@@ -54,8 +54,11 @@ type BucketSpec struct {
 	// mark. EnsureBucket replaces earlier extra tags with these.
 	Tags map[string]string
 	// AdoptUnmarked lets EnsureBucket adopt an existing bucket with no owner
-	// mark at all. The engine sets it only when its own record proves it may
-	// have created the bucket itself and crashed before marking it.
+	// mark at all, and mark it. Set it only with durable evidence that the
+	// caller attempted the creation itself (the engine records, before its
+	// first create attempt, that the name was free) and may have crashed
+	// before marking it. A bucket carrying another owner's mark is never
+	// adopted.
 	AdoptUnmarked bool
 	// Versioning makes EnsureBucket turn object versioning on (it keeps
 	// every version of every object). When false, EnsureBucket leaves the
@@ -83,6 +86,16 @@ type CredentialSpec struct {
 	// empty. Every other key of the user is deleted: a key created by an
 	// earlier call whose answer was lost (a crash) must not stay live.
 	KeepKeyID string
+	// AdoptUnmarked lets EnsureCredential adopt an existing user with no
+	// owner mark at all: the user is marked (and given whatever else
+	// creation sets), then treated as the caller's own, so its other keys
+	// are deleted as above. It is for backends that mark a user in a
+	// second call after creating it, where a crash in between leaves the
+	// user unmarked. Set it only with durable evidence that the caller
+	// attempted the creation itself (the engine records, before its first
+	// attempt, that the name was free). A user carrying another owner's
+	// mark is never adopted.
+	AdoptUnmarked bool
 }
 
 // Credential is an access key pair.
@@ -123,7 +136,8 @@ type Driver interface {
 	// and is ErrBucketNotEmpty otherwise.
 	DeleteBucket(ctx context.Context, name, owner string, purge bool) error
 	// EnsureCredential makes the user, its bucket-scoped policy and exactly
-	// one live key exist, and returns that key.
+	// one live key exist, and returns that key. A user with another mark,
+	// or none (unless spec.AdoptUnmarked), is ErrOwnedByOther, untouched.
 	EnsureCredential(ctx context.Context, spec CredentialSpec) (Credential, error)
 	// RevokeCredential deletes the user's keys, policies and the user itself
 	// if it carries owner. A missing user is success; another owner's user is

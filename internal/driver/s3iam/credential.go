@@ -17,6 +17,8 @@ type userState struct {
 	exists bool
 	// owner is the user's owner mark, empty when it has none.
 	owner string
+	// path is the user's IAM path, as GetUser shows it.
+	path string
 }
 
 func (u userState) ownedByOther(name string) error {
@@ -49,7 +51,7 @@ func (d *Driver) observeUser(ctx context.Context, name string) (userState, error
 			tags = append(tags, page.Tags...)
 		}
 	}
-	return userState{exists: true, owner: ownerTag(tags)}, nil
+	return userState{exists: true, owner: ownerTag(tags), path: aws.ToString(out.User.Path)}, nil
 }
 
 func ownerTag(tags []types.Tag) string {
@@ -78,7 +80,16 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 	if err != nil {
 		return driver.Credential{}, err
 	}
-	if u.owner != spec.Owner {
+	switch {
+	case u.owner == spec.Owner:
+	case u.owner == "" && spec.AdoptUnmarked:
+		// Our own creation, left unmarked by a crash (or a failed TagUser)
+		// on a server whose CreateUser ignores tags: mark it now, then go
+		// on as for any user of ours.
+		if err := d.adoptUser(ctx, spec.UserName, spec.Owner, u); err != nil {
+			return driver.Credential{}, err
+		}
+	default:
 		return driver.Credential{}, u.ownedByOther(spec.UserName)
 	}
 
@@ -133,10 +144,9 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 	}, nil
 }
 
-// createUser creates the user with its owner mark in the same call, so a
-// user of ours is never unmarked.
-// createUser creates the user with its owner mark, or observes the user
-// that already exists; fresh reports which.
+// createUser creates the user with its owner mark, in the CreateUser call
+// itself where the server keeps it (so a user of ours is never unmarked),
+// or observes the user that already exists; fresh reports which.
 func (d *Driver) createUser(ctx context.Context, name, owner string) (u userState, fresh bool, err error) {
 	out, err := d.iam.CreateUser(ctx, &iam.CreateUserInput{
 		UserName: &name,
@@ -155,15 +165,38 @@ func (d *Driver) createUser(ctx context.Context, name, owner string) (u userStat
 	}
 	if out.User != nil && ownerTag(out.User.Tags) == "" {
 		// For servers that ignore Tags on CreateUser but support TagUser.
-		_, err := d.iam.TagUser(ctx, &iam.TagUserInput{
-			UserName: &name,
-			Tags:     []types.Tag{{Key: aws.String(OwnerTagKey), Value: &owner}},
-		})
-		if err != nil {
-			return userState{}, false, mapIAMErr(err, "tag user %q", name)
+		// A crash before this call leaves the user unmarked: only the
+		// caller's AdoptUnmarked lets a retry take it back.
+		if err := d.tagUser(ctx, name, owner); err != nil {
+			return userState{}, false, err
 		}
 	}
-	return userState{exists: true, owner: owner}, true, nil
+	return userState{exists: true, owner: owner, path: UserPath}, true, nil
+}
+
+// adoptUser gives an unmarked user what CreateUser would have: the path
+// first, the owner mark last, so that a crash in between leaves it
+// unmarked and the retry adopts it again. A server without paths
+// (SeaweedFS keeps every user at /) accepts UpdateUser and changes nothing.
+func (d *Driver) adoptUser(ctx context.Context, name, owner string, u userState) error {
+	if u.path != UserPath {
+		_, err := d.iam.UpdateUser(ctx, &iam.UpdateUserInput{UserName: &name, NewPath: aws.String(UserPath)})
+		if err != nil && !hasCode(err, codesNotSupported...) {
+			return mapIAMErr(err, "move user %q to path %s", name, UserPath)
+		}
+	}
+	return d.tagUser(ctx, name, owner)
+}
+
+func (d *Driver) tagUser(ctx context.Context, name, owner string) error {
+	_, err := d.iam.TagUser(ctx, &iam.TagUserInput{
+		UserName: &name,
+		Tags:     []types.Tag{{Key: aws.String(OwnerTagKey), Value: &owner}},
+	})
+	if err != nil {
+		return mapIAMErr(err, "tag user %q", name)
+	}
+	return nil
 }
 
 func (d *Driver) listKeys(ctx context.Context, user string) ([]types.AccessKeyMetadata, error) {

@@ -12,16 +12,19 @@
 // is created with path /bucketbroker/ and the same tag, in the CreateUser
 // call itself, so a user of ours is never unmarked. A server that ignores
 // the tags of CreateUser (SeaweedFS) gets them from TagUser right after;
-// there a crash in between leaves an unmarked user, which EnsureCredential
-// refuses like any other.
+// there a crash in between leaves an unmarked user.
 //
 // Each call looks before it acts. A resource with the caller's mark is
 // adopted; one with another mark, or none, is refused with
 // driver.ErrOwnedByOther and left exactly as it was. The one exception is
-// a bucket without any mark when the spec says AdoptUnmarked: that is the
-// engine telling us it created the bucket and crashed before the tag was
-// written. A bucket the driver's credentials may not even look at (HTTP
-// 403) belongs to another account and is refused the same way.
+// a bucket or user without any mark when the spec says AdoptUnmarked: that
+// is the engine telling us it attempted the creation itself and may have
+// crashed before the tag was written. Such a bucket gets its tags; such a
+// user gets the path /bucketbroker/ (UpdateUser) and then the tag, and is
+// from then on treated as ours: its other keys are deleted, one is made.
+// Ownership is read from the owner tag alone: the path names no owner. A
+// bucket the driver's credentials may not even look at (HTTP 403) belongs
+// to another account and is refused the same way.
 //
 // # Policy scoping
 //

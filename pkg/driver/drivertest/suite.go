@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
@@ -124,6 +125,7 @@ func Run(t *testing.T, cfg Config) {
 			"Scope":               s.testScope,
 			"OwnedByOther":        s.testUserOwnedByOther,
 			"Unmarked":            s.testUserUnmarked,
+			"AdoptUnmarked":       s.testUserAdoptUnmarked,
 			"InvalidAccess":       s.testInvalidAccess,
 		}},
 		{"Names", map[string]func(*testing.T){
@@ -615,6 +617,8 @@ func (s *suite) testUserOwnedByOther(t *testing.T) {
 
 	_, err := s.cfg.Driver.EnsureCredential(ctx, driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite})
 	wantErrorIs(t, "EnsureCredential(user of another owner)", err, driver.ErrOwnedByOther)
+	_, err = s.cfg.Driver.EnsureCredential(ctx, driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite, AdoptUnmarked: true})
+	wantErrorIs(t, "EnsureCredential(user of another owner, AdoptUnmarked)", err, driver.ErrOwnedByOther)
 	err = s.cfg.Driver.RevokeCredential(ctx, n.user, n.owner)
 	wantErrorIs(t, "RevokeCredential(user of another owner)", err, driver.ErrOwnedByOther)
 
@@ -650,6 +654,66 @@ func (s *suite) testUserUnmarked(t *testing.T) {
 	obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
 	if !obs.UserExists || obs.UserOwner != "" {
 		t.Errorf("Observe = exists %v owner %q, want true and no owner", obs.UserExists, obs.UserOwner)
+	}
+}
+
+// testUserAdoptUnmarked checks the user a crash leaves on a backend that
+// marks users in a second call: a user of the derived name without any
+// mark. Without AdoptUnmarked it is refused and untouched; with it (the
+// caller's record proves it attempted the creation) it is adopted: marked,
+// its unknown key deleted, one new key live and scoped to the bucket.
+func (s *suite) testUserAdoptUnmarked(t *testing.T) {
+	if s.rootIAM == nil {
+		t.Skip("drivertest: Config.IAMEndpoint is empty: cannot create a user behind the driver's back")
+	}
+	ctx := testContext(t)
+	n := s.newNames(t)
+	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
+	// Registered first, so it runs after the root user's own cleanup.
+	s.revokeAfter(t, n.user, n.owner)
+	stray := s.createRootUser(ctx, t, n.user)
+	spec := driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite}
+
+	_, err := s.cfg.Driver.EnsureCredential(ctx, spec)
+	wantErrorIs(t, "EnsureCredential(unmarked user) without AdoptUnmarked", err, driver.ErrOwnedByOther)
+	if keys, policies := s.rootUserState(ctx, t, n.user); !slices.Equal(keys, []string{stray}) || len(policies) != 0 {
+		t.Fatalf("root: after a refusal user %q has keys %q and policies %q, want keys [%s] and no policy (untouched)", n.user, keys, policies, stray)
+	}
+
+	spec.AdoptUnmarked = true
+	cred, err := s.cfg.Driver.EnsureCredential(ctx, spec)
+	if err != nil {
+		t.Fatalf("EnsureCredential(unmarked user, AdoptUnmarked): %v, want nil", err)
+	}
+	if cred.AccessKeyID == "" || cred.SecretAccessKey == "" || cred.AccessKeyID == stray {
+		t.Fatalf("EnsureCredential(unmarked user, AdoptUnmarked) = key %q (secret set %v), want a new key with its secret",
+			cred.AccessKeyID, cred.SecretAccessKey != "")
+	}
+	obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
+	if !obs.UserExists || obs.UserOwner != n.owner || !slices.Equal(obs.KeyIDs, []string{cred.AccessKeyID}) {
+		t.Errorf("after adoption Observe = exists %v owner %q keys %q, want true %q [%s]",
+			obs.UserExists, obs.UserOwner, obs.KeyIDs, n.owner, cred.AccessKeyID)
+	}
+	c := s.s3Client(cred.AccessKeyID, cred.SecretAccessKey)
+	s.wantAllowed(ctx, t, "put with the adopted user's key", func() error { return put(ctx, c, n.bucket, "k", "v") })
+	other := s.newNames(t)
+	s.createRootBucket(ctx, t, other.bucket, "seed.txt", "other seed")
+	s.wantDenied(ctx, t, "get from another bucket with the adopted user's key", func() error { _, err := get(ctx, c, other.bucket, "seed.txt"); return err })
+
+	// Adopted, the user is ours like any other: the leak audit lists it,
+	// and a repeated call keeps the key.
+	if a, ok := s.cfg.Driver.(driver.Auditable); ok {
+		inv := s.inventory(ctx, t, a, n.user)
+		want := []driver.OwnedUser{{Name: n.user, Owner: n.owner, KeyIDs: []string{cred.AccessKeyID}}}
+		if diff := cmp.Diff(want, inv.Users); diff != "" {
+			t.Errorf("Inventory(%q) users after adoption: -want +got:\n%s", n.user, diff)
+		}
+	}
+	spec.KeepKeyID = cred.AccessKeyID
+	again, err := s.cfg.Driver.EnsureCredential(ctx, spec)
+	if err != nil || again != (driver.Credential{AccessKeyID: cred.AccessKeyID}) {
+		t.Errorf("EnsureCredential after adoption = key %q (secret set %v), %v; want key %q and no secret",
+			again.AccessKeyID, again.SecretAccessKey != "", err, cred.AccessKeyID)
 	}
 }
 
