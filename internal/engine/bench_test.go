@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
@@ -55,6 +57,8 @@ func putLoop(b *testing.B, url string, body []byte, want int) {
 	c := benchClient()
 	b.SetParallelism(max(1, benchClients/runtime.GOMAXPROCS(0)))
 	b.ResetTimer()
+	cpu0 := processCPU()
+	defer func() { reportCPU(b, cpu0) }()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			req, _ := http.NewRequest("PUT", url, bytes.NewReader(body))
@@ -73,6 +77,27 @@ func putLoop(b *testing.B, url string, body []byte, want int) {
 			}
 		}
 	})
+}
+
+// processCPU returns the CPU time (user + system) this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU adds the process's CPU time per operation since cpu0 as the
+// metric cpu-ns/op. Client and server share the process, so it counts both,
+// for the baseline too. On a machine whose cores other work also uses, the
+// wall time per operation (ns/op) of a CPU-bound loop swings with that
+// work, while the CPU it takes does not: compare cpu-ns/op when the load
+// average is above the core count.
+func reportCPU(b *testing.B, cpu0 time.Duration) {
+	if b.N > 0 {
+		b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+	}
 }
 
 // BenchmarkReplayPUT measures an identical PUT re-sent for a finished
