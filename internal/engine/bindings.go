@@ -57,6 +57,7 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 				return BindResult{}, err
 			}
 			rec = e.newBinding(req, inst, r, fp, access)
+			rec.UserAttempted = e.userFree(ctx, rec, req.AcceptsIncomplete)
 			err = e.store.Insert(ctx, rec)
 			if errors.Is(err, ErrExists) {
 				continue // a concurrent duplicate won; answer from its record
@@ -74,6 +75,12 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 			}
 			if rec.Phase == PhaseDeleted {
 				rec.AccessKeyID, rec.SealedSecret = "", nil
+				if !rec.UserAttempted {
+					// The user was revoked, or never attempted: look
+					// again, as for a new binding. (The flag survives
+					// only an unbind that left our unmarked user.)
+					rec.UserAttempted = e.userFree(ctx, rec, req.AcceptsIncomplete)
+				}
 			}
 			rec.InstanceID, rec.Bucket, rec.Request, rec.Fingerprint = inst.ID, inst.Bucket, r, fp
 			rec.Access, rec.Phase = string(access), PhaseProvisioning
@@ -100,6 +107,21 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 		}
 	}
 	return BindResult{}, fmt.Errorf("%w: binding %s keeps changing", ErrConcurrency, req.BindingID)
+}
+
+// userFree looks, before the intent is recorded, whether the binding's user
+// name is free (or already carries this binding's mark). Only then may the
+// bind adopt an unmarked user under that name later. As bucketFree: when
+// the backend cannot tell now, or the request is asynchronous, the bind's
+// worker looks first.
+func (e *Engine) userFree(ctx context.Context, rec *Record, async bool) bool {
+	if async {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	obs, err := e.driver.Observe(ctx, driver.ObserveRequest{UserName: rec.UserName})
+	return err == nil && (!obs.UserExists || obs.UserOwner == rec.Owner)
 }
 
 func (e *Engine) newBinding(req BindRequest, inst *Record, r Request, fp string, access driver.Access) *Record {
@@ -149,6 +171,10 @@ func (e *Engine) bindStarted(ctx context.Context, rec *Record, async bool) (Bind
 	}
 	if refused := e.refuseBind(inst, rec); refused != nil {
 		rec.Phase = PhaseDeleted
+		// Nothing was attempted: a later bind looks again. (Should the flag
+		// be one an earlier unbind kept, this errs on the safe side: its
+		// leftover user is then refused, never a foreign one adopted.)
+		rec.UserAttempted = false
 		rec.Op.State, rec.Op.Description, rec.Op.EndedAt = OpFailed, "bind failed: "+refused.Error(), time.Now().UTC()
 		if err := e.save(ctx, rec); err != nil && !errors.Is(err, ErrStale) {
 			return BindResult{}, e.storeErr(ctx, err)

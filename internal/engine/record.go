@@ -114,10 +114,17 @@ type Record struct {
 	// bucket. It lets a retry adopt an unmarked bucket it created itself.
 	BucketAttempted bool `json:"bucketAttempted,omitempty"`
 
-	// UserName, Access, AccessKeyID and SealedSecret are for bindings.
-	UserName    string `json:"userName,omitempty"`
-	Access      string `json:"access,omitempty"`
-	AccessKeyID string `json:"accessKeyId,omitempty"`
+	// UserName, UserAttempted, Access, AccessKeyID and SealedSecret are
+	// for bindings.
+	UserName string `json:"userName,omitempty"`
+	// UserAttempted is set, durably, before the first attempt to create the
+	// user, and only after a look showed the name free (or carrying this
+	// binding's mark). It lets a retry adopt an unmarked user it created
+	// itself: on a backend that marks users in a second call, a crash in
+	// between leaves one.
+	UserAttempted bool   `json:"userAttempted,omitempty"`
+	Access        string `json:"access,omitempty"`
+	AccessKeyID   string `json:"accessKeyId,omitempty"`
 	// SealedSecret is the secret access key, encrypted with the engine's
 	// sealer (AES-GCM). The plain secret is never stored.
 	SealedSecret []byte `json:"sealedSecret,omitempty"`

@@ -260,11 +260,32 @@ func (e *Engine) revokeBindings(ctx context.Context, inst *Record) error {
 }
 
 func (e *Engine) bind(ctx context.Context, rec *Record) error {
+	if !rec.UserAttempted {
+		// As for the bucket: before our first create attempt, a user under
+		// our name is not ours; after it (recorded durably), an unmarked
+		// one can be our own, made by an attempt that crashed before
+		// marking it.
+		var obs driver.Observation
+		err := e.step(ctx, rec, "observe user", func(ctx context.Context) (err error) {
+			obs, err = e.driver.Observe(ctx, driver.ObserveRequest{UserName: rec.UserName})
+			return err
+		})
+		if err != nil {
+			return e.fail(ctx, rec, err)
+		}
+		if obs.UserExists && obs.UserOwner != rec.Owner {
+			return e.finish(ctx, rec, fmt.Errorf("user %q exists and is not this binding's: %w", rec.UserName, driver.ErrOwnedByOther))
+		}
+		rec.UserAttempted = true
+		if err := e.save(ctx, rec); err != nil {
+			return err
+		}
+	}
 	var cred driver.Credential
 	err := e.step(ctx, rec, "create credential", func(ctx context.Context) (err error) {
 		cred, err = e.driver.EnsureCredential(ctx, driver.CredentialSpec{
 			UserName: rec.UserName, Owner: rec.Owner, Bucket: rec.Bucket,
-			Access: driver.Access(rec.Access), KeepKeyID: rec.AccessKeyID,
+			Access: driver.Access(rec.Access), KeepKeyID: rec.AccessKeyID, AdoptUnmarked: true,
 		})
 		return err
 	})
@@ -295,8 +316,16 @@ func (e *Engine) unbind(ctx context.Context, rec *Record) error {
 	err := e.step(ctx, rec, "revoke credential", func(ctx context.Context) error {
 		return e.driver.RevokeCredential(ctx, rec.UserName, rec.Owner)
 	})
-	if errors.Is(err, driver.ErrOwnedByOther) {
-		e.log.Warn("Backend user is not this binding's; left in place", "id", rec.ID, "user", rec.UserName)
+	switch {
+	case err == nil:
+		// The user is gone: a user under its name from now on is not
+		// ours, so a bind of this id again must look first.
+		rec.UserAttempted = false
+	case errors.Is(err, driver.ErrOwnedByOther):
+		// Never deleted. With UserAttempted set, an unmarked user here is
+		// our own, left by a bind that crashed before marking it: the flag
+		// stays, so that a bind of this id again adopts it.
+		e.log.Warn("Backend user is not this binding's, or is not marked; left in place", "id", rec.ID, "user", rec.UserName)
 		err = nil
 	}
 	if err != nil {
