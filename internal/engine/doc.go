@@ -19,6 +19,11 @@
 //     adopts what the previous attempt made. Transient errors are retried
 //     with backoff and jitter until the operation's deadline; permanent ones
 //     (ownership conflicts, a non-empty bucket) fail the operation at once.
+//   - An unmarked bucket or user under a record's name is adopted only when
+//     the record proves the engine attempted its creation (BucketAttempted,
+//     UserAttempted: set after a look showed the name free, before the first
+//     attempt), since a crash between a create call and the tag call leaves
+//     one. Anything else under the name that is not ours is refused.
 //   - Resume, don't abandon: Start picks up every unfinished operation.
 //   - Answers come from the record: the status of a duplicate is derived from
 //     the stored phase, operation and fingerprint, and a repeated bind
