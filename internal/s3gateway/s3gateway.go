@@ -214,7 +214,11 @@ func (s *Server) start(ctx context.Context, cfg Config, objectsDir, versionsDir,
 				MaxRequests:           maxRequests,
 				MultipartMaxParts:     10000,
 				StandaloneIAMEndpoint: sockPath,
-				Quiet:                 true,
+				// versitygw closes each connection after one request
+				// unless told otherwise: a new TCP connection per call
+				// costs both sides, for the driver and for applications.
+				KeepAlive: true,
+				Quiet:     true,
 			})
 		})
 		client := s3.NewFromConfig(probeConfig(cfg.Region, creds), func(o *s3.Options) {
