@@ -37,10 +37,13 @@ func Hit(name string) {
 	os.Exit(ExitCode)
 }
 
-// Points lists every crash point the code has, for harnesses that iterate
-// over them. Keep it in step with the Hit calls.
+// Points lists the broker's crash points, for harnesses that iterate over
+// them. Keep it in step with the Hit calls. "bucket/created-unmarked" is
+// the driver's (internal/driver/s3iam): a bucket created and not yet
+// tagged with its owner mark, passed by every provision that creates one.
 var Points = []string{
 	"provision/record-written",
+	"bucket/created-unmarked",
 	"provision/bucket-created",
 	"deprovision/record-written",
 	"deprovision/bindings-revoked",
@@ -54,10 +57,13 @@ var Points = []string{
 
 // ClaimPoints lists the ObjectBucketClaim controller's crash points, in the
 // order a claim's lifecycle passes them: provisioning, then deletion. Keep
-// it in step with the reconciler's named writes.
+// it in step with the reconciler's named writes; the driver's
+// "bucket/created-unmarked" is passed between the ObjectBucket's creation
+// and the end of the claim's EnsureBucket.
 var ClaimPoints = []string{
 	"claim/claim-patched",
 	"claim/objectbucket-created",
+	"bucket/created-unmarked",
 	"claim/bucket-created",
 	"claim/key-created",
 	"claim/secret-written",

@@ -44,9 +44,14 @@ const replay = 60 * time.Second
 
 // opsAt names the operations that pass each crash point. A point reached by
 // the worker of an unbind is also reached by a deprovision, which turns its
-// instance's bindings into unbinds.
+// instance's bindings into unbinds. A driver's bucket point is reached by
+// the provision that creates the bucket (an update finds it and never
+// creates one).
 func opsAt(point string) []string {
 	op, what, _ := strings.Cut(point, "/")
+	if op == "bucket" {
+		return []string{"provision"}
+	}
 	ops := []string{op}
 	if op == "unbind" && what != "record-written" { // record-written is the request's, not the worker's
 		ops = append(ops, "deprovision")

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
+	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
@@ -102,7 +103,7 @@ func (d *Driver) ensureMarkedBucket(ctx context.Context, spec driver.BucketSpec)
 			return false, err
 		}
 		if created {
-			return true, d.putBucketTags(ctx, spec.Name, want)
+			return true, d.markCreated(ctx, spec.Name, want)
 		}
 	}
 	b, err := d.observeBucket(ctx, spec.Name)
@@ -115,7 +116,7 @@ func (d *Driver) ensureMarkedBucket(ctx context.Context, spec driver.BucketSpec)
 			return false, err
 		}
 		if created {
-			return true, d.putBucketTags(ctx, spec.Name, want)
+			return true, d.markCreated(ctx, spec.Name, want)
 		}
 		// Someone (a retry of ours, or the operator with the same keys)
 		// created it in between: judge it by its mark like any other.
@@ -195,6 +196,16 @@ func (d *Driver) createBucket(ctx context.Context, name string) (bool, error) {
 		return false, fmt.Errorf("bucket %q exists in another account: %w", name, driver.ErrOwnedByOther)
 	}
 	return false, mapBucketErr(err, "create bucket %q", name)
+}
+
+// markCreated writes the owner mark and tags of a bucket this call has just
+// created. S3 has no way to create and tag a bucket in one call: a crash
+// before the tagging leaves the bucket unmarked, and only the caller's
+// AdoptUnmarked (its durable record of the attempt) lets a retry take it
+// back. The crash point "bucket/created-unmarked" is that crash.
+func (d *Driver) markCreated(ctx context.Context, name string, tags map[string]string) error {
+	crashpoint.Hit("bucket/created-unmarked")
+	return d.putBucketTags(ctx, name, tags)
 }
 
 func (d *Driver) putBucketTags(ctx context.Context, name string, tags map[string]string) error {
