@@ -73,6 +73,7 @@ func TestClaimBoundAndDeleted(t *testing.T) {
 		AdditionalState: map[string]string{
 			stateUser: driver.UserName(testPrefix, claimKind, string(got.UID)), stateOwner: driver.OwnerMark(claimKind, string(got.UID)),
 			stateBucketOwned: "true", stateAdoptUnmarked: "false",
+			stateBucketAttempted: "true", stateUserAttempted: "true",
 		},
 	}
 	if diff := cmp.Diff(wantOB, b.ob.Spec); diff != "" {

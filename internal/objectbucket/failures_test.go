@@ -409,6 +409,13 @@ func TestBrownfield(t *testing.T) {
 	if b.bucket != brown || b.ob.Spec.AdditionalState[stateBucketOwned] != "false" || b.ob.Spec.ReclaimPolicy != obv1.ReclaimRetain {
 		t.Errorf("bucket %q owned %q policy %q, want %q, false, Retain", b.bucket, b.ob.Spec.AdditionalState[stateBucketOwned], b.ob.Spec.ReclaimPolicy, brown)
 	}
+	// Never the claim's: never looked at as one, never marked.
+	if st := b.ob.Spec.AdditionalState; st[stateBucketAttempted] != "false" || st[stateAdoptUnmarked] != "false" {
+		t.Errorf("brownfield object bucket state %v, want bucket-attempted and adopt-unmarked false", st)
+	}
+	if obs, err := backend.drv.Observe(ctx, driver.ObserveRequest{Bucket: brown}); err != nil || obs.BucketOwner != "" {
+		t.Errorf("brownfield bucket owner mark %q (%v), want none", obs.BucketOwner, err)
+	}
 	checkCredentials(ctx, t, b, other)
 	deleteObj(ctx, t, obc)
 	waitGone(ctx, t, obc)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -40,6 +41,7 @@ var (
 	backend    struct {
 		drv          driver.Driver
 		s3URL        string
+		iamURL       string
 		region       string
 		rootAK       string
 		rootSK       string
@@ -68,7 +70,7 @@ func startBackend() (func(), error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	backend.s3URL, backend.region = gw.S3Endpoint(), gw.Region()
+	backend.s3URL, backend.iamURL, backend.region = gw.S3Endpoint(), gw.IAMEndpoint(), gw.Region()
 	backend.drv, err = s3iam.New(s3iam.Config{
 		S3Endpoint: gw.S3Endpoint(), IAMEndpoint: gw.IAMEndpoint(), Region: gw.Region(), PathStyle: true,
 		AccessKeyID: backend.rootAK, SecretAccessKey: backend.rootSK,
@@ -97,6 +99,26 @@ func s3As(ak, sk string) *s3.Client {
 }
 
 func rootS3() *s3.Client { return s3As(backend.rootAK, backend.rootSK) }
+
+// rootIAM is an IAM client of the embedded server with the root keys.
+func rootIAM() *iam.Client {
+	return iam.New(iam.Options{
+		Region: s3gateway.IAMRegion, BaseEndpoint: aws.String(backend.iamURL),
+		Credentials: credentials.NewStaticCredentialsProvider(backend.rootAK, backend.rootSK, ""),
+	})
+}
+
+// createRawUser creates an IAM user as another tool would: no owner mark,
+// not under the driver's path. It is deleted when the test ends.
+func createRawUser(ctx context.Context, t *testing.T, name string) {
+	t.Helper()
+	if _, err := rootIAM().CreateUser(ctx, &iam.CreateUserInput{UserName: aws.String(name)}); err != nil {
+		t.Fatalf("create user %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_, _ = rootIAM().DeleteUser(context.Background(), &iam.DeleteUserInput{UserName: aws.String(name)})
+	})
+}
 
 // bucketsWithPrefix lists the server's buckets whose name starts with p.
 func bucketsWithPrefix(ctx context.Context, t *testing.T, p string) []string {
@@ -134,8 +156,10 @@ func bucketExists(ctx context.Context, t *testing.T, name string) bool {
 type hookDriver struct {
 	driver.Driver
 	ensureBucket      func(context.Context, driver.BucketSpec) error
+	ensureCredential  func(context.Context, driver.CredentialSpec) (driver.Credential, error)
 	ensureBucketCalls atomic.Int64
 	ensureCredCalls   atomic.Int64
+	observeCalls      atomic.Int64
 }
 
 func (d *hookDriver) EnsureBucket(ctx context.Context, spec driver.BucketSpec) error {
@@ -148,7 +172,15 @@ func (d *hookDriver) EnsureBucket(ctx context.Context, spec driver.BucketSpec) e
 
 func (d *hookDriver) EnsureCredential(ctx context.Context, spec driver.CredentialSpec) (driver.Credential, error) {
 	d.ensureCredCalls.Add(1)
+	if d.ensureCredential != nil {
+		return d.ensureCredential(ctx, spec)
+	}
 	return d.Driver.EnsureCredential(ctx, spec)
+}
+
+func (d *hookDriver) Observe(ctx context.Context, req driver.ObserveRequest) (driver.Observation, error) {
+	d.observeCalls.Add(1)
+	return d.Driver.Observe(ctx, req)
 }
 
 // controllerRun is one running manager with the controller.

@@ -15,8 +15,9 @@ import (
 
 // memDriver is an in-memory driver.Driver that answers at once, for
 // BenchmarkClaimLifecycleInstantDriver: it keeps the driver contract's
-// ownership rules (owner marks, adopting only unmarked buckets when asked,
-// ErrOwnedByOther for another owner's bucket or user, exactly one live key
+// ownership rules (owner marks, adopting only unmarked buckets and users
+// when asked, ErrOwnedByOther for another owner's bucket or user, or an
+// unmarked one without AdoptUnmarked, exactly one live key
 // per user, missing things deleted as success) so that the controller takes
 // the same paths as with a real backend, with none of a backend's cost.
 // Buckets hold no objects, so purge has nothing to empty. Safe for
@@ -111,7 +112,10 @@ func (d *memDriver) EnsureCredential(ctx context.Context, spec driver.Credential
 	case !ok:
 		u = &memUser{owner: spec.Owner, keys: map[string]string{}}
 		d.users[spec.UserName] = u
-	case u.owner != spec.Owner:
+	case u.owner == spec.Owner:
+	case u.owner == "" && spec.AdoptUnmarked:
+		u.owner = spec.Owner // then as the caller's own: other keys deleted below
+	default:
 		return driver.Credential{}, fmt.Errorf("user %s: %w", spec.UserName, driver.ErrOwnedByOther)
 	}
 	u.bucket, u.access = spec.Bucket, spec.Access
@@ -209,8 +213,20 @@ func TestMemDriver(t *testing.T) {
 	if err != nil || !o.BucketExists || o.BucketOwner != "o1" || !o.UserExists || o.UserOwner != "o1" || !slices.Equal(o.KeyIDs, []string{c3.AccessKeyID}) {
 		t.Fatalf("Observe: %+v, %v", o, err)
 	}
-	if _, err := d.EnsureCredential(ctx, driver.CredentialSpec{UserName: "u", Owner: "o2", Bucket: "b", Access: driver.AccessReadOnly}); !errors.Is(err, driver.ErrOwnedByOther) {
+	if _, err := d.EnsureCredential(ctx, driver.CredentialSpec{UserName: "u", Owner: "o2", Bucket: "b", Access: driver.AccessReadOnly, AdoptUnmarked: true}); !errors.Is(err, driver.ErrOwnedByOther) {
 		t.Fatalf("EnsureCredential of another owner's user: %v, want ErrOwnedByOther", err)
+	}
+	d.users["unmarked"] = &memUser{keys: map[string]string{"AKIASTRAY": "s"}}
+	adopt := driver.CredentialSpec{UserName: "unmarked", Owner: "o1", Bucket: "b", Access: driver.AccessReadWrite}
+	if _, err := d.EnsureCredential(ctx, adopt); !errors.Is(err, driver.ErrOwnedByOther) {
+		t.Fatalf("EnsureCredential of an unmarked user: %v, want ErrOwnedByOther", err)
+	}
+	adopt.AdoptUnmarked = true
+	if c, err := d.EnsureCredential(ctx, adopt); err != nil || c.SecretAccessKey == "" {
+		t.Fatalf("adopt user: %+v, %v", c, err)
+	}
+	if o, _ := d.Observe(ctx, driver.ObserveRequest{UserName: "unmarked"}); o.UserOwner != "o1" || len(o.KeyIDs) != 1 || o.KeyIDs[0] == "AKIASTRAY" {
+		t.Fatalf("adopted user: owner %q keys %v, want o1 and one new key", o.UserOwner, o.KeyIDs)
 	}
 	if err := d.RevokeCredential(ctx, "u", "o2"); !errors.Is(err, driver.ErrOwnedByOther) {
 		t.Fatalf("RevokeCredential by another owner: %v, want ErrOwnedByOther", err)

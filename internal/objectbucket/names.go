@@ -33,6 +33,15 @@ const (
 	stateOwner         = "bucketbroker.io/owner"
 	stateBucketOwned   = "bucketbroker.io/bucket-owned"
 	stateAdoptUnmarked = "bucketbroker.io/adopt-unmarked"
+	// stateBucketAttempted and stateUserAttempted are "true" once a look
+	// (driver Observe) made before the first attempt to create the bucket
+	// or the user showed the name free or carrying the claim's mark. Only
+	// then is an unmarked bucket or user of that name the claim's own,
+	// left by a crash between creating it and marking it, and adopted
+	// (AdoptUnmarked). Absent (an ObjectBucket written before these keys)
+	// or "false" means: look before the next attempt.
+	stateBucketAttempted = "bucketbroker.io/bucket-attempted"
+	stateUserAttempted   = "bucketbroker.io/user-attempted"
 
 	// Keys of the Secret and the ConfigMap applications read.
 	KeyAccessKeyID     = "AWS_ACCESS_KEY_ID"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -123,6 +124,8 @@ func planOf(ob *obv1.ObjectBucket) plan {
 	p.user, p.owner = st[stateUser], st[stateOwner]
 	p.owned = st[stateBucketOwned] == "true"
 	p.adoptUnmarked = st[stateAdoptUnmarked] == "true"
+	p.bucketAttempted = st[stateBucketAttempted] == "true"
+	p.userAttempted = st[stateUserAttempted] == "true"
 	return p
 }
 
@@ -153,10 +156,16 @@ func (r *Reconciler) ensureClaimMeta(ctx context.Context, s *scope) (reconcile.R
 }
 
 // ensureObjectBucket writes the ObjectBucket, the durable record of the
-// claim's names, owner mark and reclaim policy, before any backend call.
+// claim's names, owner mark and reclaim policy, before any backend change.
+// The look at the names comes first, so that the attempt flags go into the
+// same Create.
 func (r *Reconciler) ensureObjectBucket(ctx context.Context, s *scope) (reconcile.Result, error) {
 	if s.ob != nil {
-		return reconcile.Result{}, nil
+		return r.recordAttempts(ctx, s)
+	}
+	t, err := r.lookFirst(ctx, s)
+	if err != nil {
+		return reconcile.Result{}, err
 	}
 	c, p := s.claim, s.plan
 	ob := &obv1.ObjectBucket{
@@ -179,14 +188,121 @@ func (r *Reconciler) ensureObjectBucket(ctx context.Context, s *scope) (reconcil
 			AdditionalState: map[string]string{
 				stateUser: p.user, stateOwner: p.owner,
 				stateBucketOwned: strconv.FormatBool(p.owned), stateAdoptUnmarked: strconv.FormatBool(p.adoptUnmarked),
+				stateBucketAttempted: strconv.FormatBool(p.bucketAttempted), stateUserAttempted: strconv.FormatBool(p.userAttempted),
 			},
 		},
 	}
+	// A Create that finds the ObjectBucket there already (a cache behind)
+	// fails, so a look made without knowing the record is never acted on.
 	if err := r.client.Create(ctx, ob); err != nil {
 		return reconcile.Result{}, fmt.Errorf("create object bucket: %w", err)
 	}
 	s.ob = ob
-	return reconcile.Result{}, r.hit(s, "objectbucket-created")
+	if err := r.hit(s, "objectbucket-created"); err != nil {
+		return reconcile.Result{}, err
+	}
+	if t != nil {
+		return r.refuse(s, t)
+	}
+	return reconcile.Result{}, nil
+}
+
+// recordAttempts gives an ObjectBucket that does not hold both attempt
+// flags (one written before they existed, or one created while a name was
+// taken) the look a new one gets, and records the flags it earns with a
+// patch preconditioned on the ObjectBucket's resourceVersion, before any
+// Ensure call. A Bound claim makes no backend call: its bucket and user
+// carry its mark already.
+func (r *Reconciler) recordAttempts(ctx context.Context, s *scope) (reconcile.Result, error) {
+	if bound(s.ob) {
+		return reconcile.Result{}, nil
+	}
+	before := s.plan
+	t, err := r.lookFirst(ctx, s)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if s.plan.bucketAttempted != before.bucketAttempted || s.plan.userAttempted != before.userAttempted {
+		base := s.ob.DeepCopy()
+		st := make(map[string]string, len(s.ob.Spec.AdditionalState)+2)
+		maps.Copy(st, s.ob.Spec.AdditionalState)
+		st[stateBucketAttempted] = strconv.FormatBool(s.plan.bucketAttempted)
+		st[stateUserAttempted] = strconv.FormatBool(s.plan.userAttempted)
+		s.ob.Spec.AdditionalState = st
+		if err := r.client.Patch(ctx, s.ob, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			return reconcile.Result{}, fmt.Errorf("record attempts on object bucket: %w", err)
+		}
+	}
+	if t != nil {
+		return r.refuse(s, t)
+	}
+	return reconcile.Result{}, nil
+}
+
+// taken is a name the claim was about to create that is someone else's.
+type taken struct {
+	reason, message string
+}
+
+// lookFirst looks (one Observe) at the bucket and user names whose
+// attempt the record does not hold yet, before anything is created under
+// them, and sets the plan's flags for those that are free or already carry
+// the claim's mark. A name that is someone else's, marked or not, keeps its
+// flag unset and is returned: the claim must not create, adopt or change
+// it. A brownfield bucket is never the claim's, and an old provisioner's is
+// adopted on that evidence alone (adoptUnmarked): neither is looked at
+// here.
+func (r *Reconciler) lookFirst(ctx context.Context, s *scope) (*taken, error) {
+	p := &s.plan
+	var req driver.ObserveRequest
+	if p.owned && !p.adoptUnmarked && !p.bucketAttempted {
+		req.Bucket = p.bucket
+	}
+	if !p.userAttempted && p.user != "" {
+		req.UserName = p.user
+	}
+	if req.Bucket == "" && req.UserName == "" {
+		return nil, nil
+	}
+	bctx, cancel := backendCtx(ctx)
+	obs, err := r.driver.Observe(bctx, req)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("look at bucket %q and user %q before creating them: %w", req.Bucket, req.UserName, err)
+	}
+	var t *taken
+	if req.UserName != "" {
+		if !obs.UserExists || obs.UserOwner == p.owner {
+			p.userAttempted = true
+		} else {
+			t = &taken{ReasonUserConflict, fmt.Sprintf("backend user %q exists and is not this claim's (%s); it was left untouched",
+				p.user, markNote(obs.UserOwner))}
+		}
+	}
+	if req.Bucket != "" {
+		if !obs.BucketExists || obs.BucketOwner == p.owner {
+			p.bucketAttempted = true
+		} else {
+			t = &taken{ReasonBucketConflict, fmt.Sprintf("bucket %q exists and is not this claim's (%s); it was left untouched",
+				p.bucket, markNote(obs.BucketOwner))}
+		}
+	}
+	return t, nil
+}
+
+func markNote(owner string) string {
+	if owner == "" {
+		return "it existed before the claim's first attempt to create it and has no owner mark"
+	}
+	return fmt.Sprintf("it carries owner mark %q", owner)
+}
+
+// refuse ends the pass with the claim Failed on a name that is someone
+// else's, and looks again later: the name may be freed.
+func (r *Reconciler) refuse(s *scope, t *taken) (reconcile.Result, error) {
+	s.fail(t.reason, t.message)
+	r.event(s, nil, corev1.EventTypeWarning, t.reason, "Provision", "%s", t.message)
+	return reconcile.Result{RequeueAfter: foreignRetry}, nil
 }
 
 func bound(ob *obv1.ObjectBucket) bool { return ob != nil && ob.Status.Phase == obv1.PhaseBound }
@@ -211,7 +327,10 @@ func (r *Reconciler) ensureBucket(ctx context.Context, s *scope) (reconcile.Resu
 		}
 		return reconcile.Result{}, nil
 	}
-	err := r.driver.EnsureBucket(bctx, driver.BucketSpec{Name: p.bucket, Owner: p.owner, AdoptUnmarked: p.adoptUnmarked})
+	// An unmarked bucket of the claim's name is the claim's own when the
+	// record holds the attempt (a crash between creating and marking it),
+	// or when an old provisioner generated it for the claim.
+	err := r.driver.EnsureBucket(bctx, driver.BucketSpec{Name: p.bucket, Owner: p.owner, AdoptUnmarked: p.adoptUnmarked || p.bucketAttempted})
 	switch {
 	case errors.Is(err, driver.ErrOwnedByOther):
 		s.fail(ReasonBucketConflict, fmt.Sprintf("bucket %q exists and is not this claim's", p.bucket))
@@ -375,11 +494,13 @@ func (r *Reconciler) ensureSecret(ctx context.Context, s *scope) (reconcile.Resu
 	bctx, cancel := backendCtx(ctx)
 	cred, err := r.driver.EnsureCredential(bctx, driver.CredentialSpec{
 		UserName: p.user, Owner: p.owner, Bucket: p.bucket, Access: driver.AccessReadWrite, KeepKeyID: keyID,
+		AdoptUnmarked: p.userAttempted,
 	})
 	cancel()
 	switch {
 	case errors.Is(err, driver.ErrOwnedByOther):
-		s.fail(ReasonBackendError, err.Error())
+		s.fail(ReasonUserConflict, err.Error())
+		r.event(s, nil, corev1.EventTypeWarning, ReasonUserConflict, "Provision", "Backend user %s is not this claim's", p.user)
 		return reconcile.Result{}, nil
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("ensure credential: %w", err)

@@ -1,0 +1,445 @@
+package objectbucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/iam"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+// The tests of this file are about one gap: creating a bucket (or, on a
+// server whose CreateUser ignores tags, a user) and marking it are two
+// backend calls. An unmarked bucket or user under the claim's name is the
+// claim's own only if the ObjectBucket recorded, before the first attempt,
+// that a look found the name free.
+
+// adoptions records the AdoptUnmarked of each Ensure call a hook saw.
+type adoptions struct {
+	mu  sync.Mutex
+	got []bool
+}
+
+func (a *adoptions) add(v bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.got = append(a.got, v)
+}
+
+func (a *adoptions) all() []bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.got)
+}
+
+// TestUnmarkedBucketAfterAttempt: the controller dies between creating the
+// claim's bucket and marking it (here the first EnsureBucket creates the
+// bucket without its mark and fails, as the driver does when the process
+// dies at bucket/created-unmarked). The ObjectBucket holds the attempt, so
+// the next pass adopts the bucket: the claim is Bound, with one bucket,
+// marked as the claim's.
+func TestUnmarkedBucketAfterAttempt(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	var seen adoptions
+	var died atomic.Bool
+	drv := &hookDriver{Driver: backend.drv}
+	drv.ensureBucket = func(ctx context.Context, spec driver.BucketSpec) error {
+		seen.add(spec.AdoptUnmarked)
+		if died.CompareAndSwap(false, true) {
+			if _, err := rootS3().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(spec.Name)}); err != nil {
+				return err
+			}
+			return errors.New("died between CreateBucket and PutBucketTagging (test)")
+		}
+		return backend.drv.EnsureBucket(ctx, spec)
+	}
+	run := startController(t, runOptions{provisioner: newProvisioner(), drv: drv})
+	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
+	gen := "unmarked-" + randomHex(4)
+	obc := newClaim(ns, "unmarked", class, func(s *obv1.ObjectBucketClaimSpec) { s.GenerateBucketName = gen })
+	create(ctx, t, obc)
+	got := waitPhase(ctx, t, obc, obv1.PhaseBound)
+	b := readBinding(ctx, t, obc)
+
+	if diff := cmp.Diff([]string{b.bucket}, bucketsWithPrefix(ctx, t, gen)); diff != "" {
+		t.Errorf("buckets (-want +got):\n%s", diff)
+	}
+	if owner := bucketOwner(ctx, t, b.bucket); owner != driver.OwnerMark(claimKind, string(got.UID)) {
+		t.Errorf("bucket %s owner mark %q, want the claim's", b.bucket, owner)
+	}
+	if st := b.ob.Spec.AdditionalState; st[stateBucketAttempted] != "true" || st[stateUserAttempted] != "true" {
+		t.Errorf("object bucket state %v, want both attempts recorded", st)
+	}
+	if a := seen.all(); len(a) < 2 || slices.Contains(a, false) {
+		t.Errorf("EnsureBucket AdoptUnmarked per call = %v, want true on every call, at least two", a)
+	}
+	checkCredentials(ctx, t, b, "")
+	deleteObj(ctx, t, obc)
+	waitGone(ctx, t, obc)
+	if bucketExists(ctx, t, b.bucket) {
+		t.Errorf("bucket %s left after the claim was deleted", b.bucket)
+	}
+}
+
+// TestUnmarkedBucketBeforeClaim: an unmarked bucket under the claim's
+// generated name that existed before the claim's first attempt is someone
+// else's. The claim is Failed with BucketConflict and an event, nothing is
+// created, the bucket is never marked, emptied or deleted; once the name
+// is free, a later pass looks again, records the attempt and provisions.
+func TestUnmarkedBucketBeforeClaim(t *testing.T) {
+	apiServer(t)
+	cases := map[string]struct {
+		reason string
+		then   func(ctx context.Context, t *testing.T, obc *obv1.ObjectBucketClaim, bucket string, drv *hookDriver)
+	}{
+		"ClaimDeleted": {
+			reason: "the cleanup of a refused claim leaves the bucket as it was",
+			then: func(ctx context.Context, t *testing.T, obc *obv1.ObjectBucketClaim, bucket string, _ *hookDriver) {
+				deleteObj(ctx, t, obc)
+				waitGone(ctx, t, obc)
+				if !bucketExists(ctx, t, bucket) || bucketOwner(ctx, t, bucket) != "" {
+					t.Errorf("bucket %s after the claim was deleted: exists %v, owner %q; want it untouched", bucket, bucketExists(ctx, t, bucket), bucketOwner(ctx, t, bucket))
+				}
+				if _, err := rootS3().HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String("theirs")}); err != nil {
+					t.Errorf("the bucket's object after the claim was deleted: %v", err)
+				}
+			},
+		},
+		"NameFreed": {
+			reason: "a refused claim looks again, and provisions once the name is free",
+			then: func(ctx context.Context, t *testing.T, obc *obv1.ObjectBucketClaim, bucket string, drv *hookDriver) {
+				deleteRawBucket(ctx, t, bucket)
+				patchAnnotation(ctx, t, obc, "test/poke", "freed") // a pass now, not after foreignRetry
+				got := waitPhase(ctx, t, obc, obv1.PhaseBound)
+				b := readBinding(ctx, t, obc)
+				if st := b.ob.Spec.AdditionalState; st[stateBucketAttempted] != "true" {
+					t.Errorf("object bucket state %v, want the bucket's attempt recorded", st)
+				}
+				if owner := bucketOwner(ctx, t, bucket); owner != driver.OwnerMark(claimKind, string(got.UID)) {
+					t.Errorf("bucket %s owner mark %q, want the claim's", bucket, owner)
+				}
+				checkCredentials(ctx, t, b, "")
+				deleteObj(ctx, t, obc)
+				waitGone(ctx, t, obc)
+				if bucketExists(ctx, t, bucket) {
+					t.Errorf("bucket %s, the claim's once the name was free, left after the claim was deleted", bucket)
+				}
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ctx := testContext(t)
+			ns := namespace(ctx, t, k8s)
+			prov := newProvisioner()
+			class := storageClass(ctx, t, prov, corev1.PersistentVolumeReclaimDelete, nil)
+			gen := "before-" + randomHex(4)
+			obc := newClaim(ns, "before", class, func(s *obv1.ObjectBucketClaimSpec) { s.GenerateBucketName = gen })
+			create(ctx, t, obc) // no controller serves prov yet
+			bucket := generatedBucketName(gen, obc.UID)
+			createRawBucket(ctx, t, bucket)
+			t.Cleanup(func() { deleteRawBucket(context.Background(), t, bucket) })
+			if _, err := rootS3().PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("theirs"), Body: strings.NewReader("x")}); err != nil {
+				t.Fatal(err)
+			}
+
+			drv := &hookDriver{Driver: backend.drv}
+			startController(t, runOptions{provisioner: prov, drv: drv})
+			got := waitPhase(ctx, t, obc, obv1.PhaseFailed)
+			c := meta.FindStatusCondition(got.Status.Conditions, ConditionProvisioned)
+			if c == nil || c.Reason != ReasonBucketConflict || !strings.Contains(c.Message, bucket) || !strings.Contains(c.Message, "no owner mark") {
+				t.Errorf("Provisioned condition = %+v, want reason %s naming the bucket and its missing mark", c, ReasonBucketConflict)
+			}
+			waitEvent(ctx, t, got, ReasonBucketConflict)
+			if n, m := drv.ensureBucketCalls.Load(), drv.ensureCredCalls.Load(); n != 0 || m != 0 {
+				t.Errorf("%d EnsureBucket and %d EnsureCredential calls, want none for a refused claim", n, m)
+			}
+			if owner := bucketOwner(ctx, t, bucket); owner != "" {
+				t.Errorf("the foreign bucket got owner mark %q", owner)
+			}
+			if names := bucketsWithPrefix(ctx, t, gen); !cmp.Equal(names, []string{bucket}) {
+				t.Errorf("buckets %v, want only the foreign one", names)
+			}
+			if obs := observeUser(ctx, t, got.UID); obs.UserExists {
+				t.Errorf("a backend user was made for a refused claim: %+v", obs)
+			}
+			ob := &obv1.ObjectBucket{}
+			if err := k8s.Get(ctx, client.ObjectKey{Name: ObjectBucketName(got.UID)}, ob); err != nil {
+				t.Fatal(err)
+			}
+			if st := ob.Spec.AdditionalState; st[stateBucketAttempted] != "false" || st[stateUserAttempted] != "true" {
+				t.Errorf("object bucket state %v, want the user's attempt only", st)
+			}
+			tc.then(ctx, t, obc, bucket, drv)
+		})
+	}
+}
+
+// TestUnmarkedUserAfterAttempt: on a server whose CreateUser ignores tags
+// (SeaweedFS) the driver marks a new user with a second call, TagUser. The
+// controller dies in between (here the first EnsureCredential creates the
+// user, unmarked and outside the driver's path, and fails). The ObjectBucket
+// holds the attempt, so the next EnsureCredential adopts the user: one
+// marked user with one key, the Secret's.
+func TestUnmarkedUserAfterAttempt(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	var seen adoptions
+	var died atomic.Bool
+	drv := &hookDriver{Driver: backend.drv}
+	drv.ensureCredential = func(ctx context.Context, spec driver.CredentialSpec) (driver.Credential, error) {
+		seen.add(spec.AdoptUnmarked)
+		if died.CompareAndSwap(false, true) {
+			if _, err := rootIAM().CreateUser(ctx, &iam.CreateUserInput{UserName: aws.String(spec.UserName)}); err != nil {
+				return driver.Credential{}, err
+			}
+			return driver.Credential{}, errors.New("died between CreateUser and TagUser (test)")
+		}
+		return backend.drv.EnsureCredential(ctx, spec)
+	}
+	run := startController(t, runOptions{provisioner: newProvisioner(), drv: drv})
+	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
+	obc := newClaim(ns, "unmarked-user", class, nil)
+	create(ctx, t, obc)
+	got := waitPhase(ctx, t, obc, obv1.PhaseBound)
+	b := readBinding(ctx, t, obc)
+
+	obs := observeUser(ctx, t, got.UID)
+	if obs.UserOwner != driver.OwnerMark(claimKind, string(got.UID)) {
+		t.Errorf("user owner mark %q, want the claim's", obs.UserOwner)
+	}
+	if diff := cmp.Diff([]string{string(b.secret.Data[KeyAccessKeyID])}, obs.KeyIDs); diff != "" {
+		t.Errorf("live keys (-the Secret's +the backend's):\n%s", diff)
+	}
+	if st := b.ob.Spec.AdditionalState; st[stateUserAttempted] != "true" {
+		t.Errorf("object bucket state %v, want the user's attempt recorded", st)
+	}
+	if a := seen.all(); len(a) < 2 || slices.Contains(a, false) {
+		t.Errorf("EnsureCredential AdoptUnmarked per call = %v, want true on every call, at least two", a)
+	}
+	checkCredentials(ctx, t, b, "")
+	deleteObj(ctx, t, obc)
+	waitGone(ctx, t, obc)
+	if obs := observeUser(ctx, t, got.UID); obs.UserExists {
+		t.Errorf("user left after the claim was deleted: %+v", obs)
+	}
+}
+
+// TestUnmarkedUserBeforeClaim: an unmarked user under the claim's user name
+// that existed before the claim's first attempt is someone else's. The
+// claim is Failed with UserConflict and an event before anything is
+// created (no bucket either), and the user is never marked, given a key or
+// deleted, not even by the claim's deletion.
+func TestUnmarkedUserBeforeClaim(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	prov := newProvisioner()
+	class := storageClass(ctx, t, prov, corev1.PersistentVolumeReclaimDelete, nil)
+	gen := "user-taken-" + randomHex(4)
+	obc := newClaim(ns, "user-taken", class, func(s *obv1.ObjectBucketClaimSpec) { s.GenerateBucketName = gen })
+	create(ctx, t, obc) // no controller serves prov yet
+	user := driver.UserName(testPrefix, claimKind, string(obc.UID))
+	createRawUser(ctx, t, user)
+
+	drv := &hookDriver{Driver: backend.drv}
+	startController(t, runOptions{provisioner: prov, drv: drv})
+	got := waitPhase(ctx, t, obc, obv1.PhaseFailed)
+	c := meta.FindStatusCondition(got.Status.Conditions, ConditionProvisioned)
+	if c == nil || c.Reason != ReasonUserConflict || !strings.Contains(c.Message, user) || !strings.Contains(c.Message, "no owner mark") {
+		t.Errorf("Provisioned condition = %+v, want reason %s naming the user and its missing mark", c, ReasonUserConflict)
+	}
+	waitEvent(ctx, t, got, ReasonUserConflict)
+	if n, m := drv.ensureBucketCalls.Load(), drv.ensureCredCalls.Load(); n != 0 || m != 0 {
+		t.Errorf("%d EnsureBucket and %d EnsureCredential calls, want none for a refused claim", n, m)
+	}
+	if names := bucketsWithPrefix(ctx, t, gen); len(names) != 0 {
+		t.Errorf("buckets %v made for a refused claim", names)
+	}
+	untouched := func(when string) {
+		t.Helper()
+		obs := observeUser(ctx, t, got.UID)
+		if !obs.UserExists || obs.UserOwner != "" || len(obs.KeyIDs) != 0 {
+			t.Errorf("the foreign user %s: %+v; want it there, unmarked, without keys", when, obs)
+		}
+	}
+	untouched("while the claim is refused")
+	deleteObj(ctx, t, obc)
+	waitGone(ctx, t, obc)
+	untouched("after the claim was deleted")
+}
+
+// TestObjectBucketWithoutAttempts: an ObjectBucket written before the
+// attempt flags existed (here: the first manager stops right after creating
+// it, and the flags are removed) gets the look and the flags, with a write
+// preconditioned on its resourceVersion, before the first EnsureBucket; the
+// claim binds. Once Bound, an ObjectBucket without the flags costs no
+// backend call, not even after a restart.
+func TestObjectBucketWithoutAttempts(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	prov := newProvisioner()
+	class := storageClass(ctx, t, prov, corev1.PersistentVolumeReclaimDelete, nil)
+	obc := newClaim(ns, "old-record", class, nil)
+
+	crashed := make(chan struct{})
+	var once sync.Once
+	var first *controllerRun
+	// The first manager changes nothing on the backend: a pass it started
+	// before it stopped could otherwise die (its context cancelled) between
+	// creating the bucket and marking it, which an ObjectBucket without the
+	// flags cannot tell from someone else's bucket.
+	inert := &hookDriver{Driver: backend.drv, ensureBucket: func(context.Context, driver.BucketSpec) error {
+		return errors.New("the first manager makes nothing (test)")
+	}}
+	first = startController(t, runOptions{provisioner: prov, drv: inert, afterWrite: func(p string) error {
+		if p != "objectbucket-created" {
+			return nil
+		}
+		fired := false
+		once.Do(func() { fired = true; first.cancel(); close(crashed) })
+		if fired {
+			return errCrash
+		}
+		return nil
+	}})
+	create(ctx, t, obc)
+	select {
+	case <-crashed:
+	case <-ctx.Done():
+		t.Fatal("the first manager never created the ObjectBucket")
+	}
+	first.stop()
+	obName := ObjectBucketName(obc.UID)
+	removeAttempts(ctx, t, obName)
+
+	var flagsAtEnsure []string
+	var mu sync.Mutex
+	drv := &hookDriver{Driver: backend.drv}
+	drv.ensureBucket = func(ctx context.Context, spec driver.BucketSpec) error {
+		ob := &obv1.ObjectBucket{}
+		if err := k8s.Get(ctx, client.ObjectKey{Name: obName}, ob); err != nil {
+			return err
+		}
+		mu.Lock()
+		flagsAtEnsure = append(flagsAtEnsure, fmt.Sprintf("%s/%s adopt=%v",
+			ob.Spec.AdditionalState[stateBucketAttempted], ob.Spec.AdditionalState[stateUserAttempted], spec.AdoptUnmarked))
+		mu.Unlock()
+		return backend.drv.EnsureBucket(ctx, spec)
+	}
+	second := startController(t, runOptions{provisioner: prov, drv: drv})
+	waitPhase(ctx, t, obc, obv1.PhaseBound)
+	b := readBinding(ctx, t, obc)
+	mu.Lock()
+	if len(flagsAtEnsure) == 0 || flagsAtEnsure[0] != "true/true adopt=true" {
+		t.Errorf("at each EnsureBucket the ObjectBucket said (bucket/user attempted) %v, want true/true adopt=true from the first", flagsAtEnsure)
+	}
+	mu.Unlock()
+	if drv.observeCalls.Load() == 0 {
+		t.Error("no look before the ObjectBucket's flags were recorded")
+	}
+	checkCredentials(ctx, t, b, "")
+
+	second.stop()
+	removeAttempts(ctx, t, obName)
+	drv2 := &hookDriver{Driver: backend.drv}
+	startController(t, runOptions{provisioner: prov, drv: drv2})
+	patchAnnotation(ctx, t, obc, "test/poke", "after-restart")
+	// A Bound pass writes nothing there is to wait for; the restart's
+	// passes and the poke's run within milliseconds (as in
+	// TestPrunedObjectBucketNameProvisionsOnce).
+	time.Sleep(time.Second)
+	if n := drv2.observeCalls.Load() + drv2.ensureBucketCalls.Load() + drv2.ensureCredCalls.Load(); n != 0 {
+		t.Errorf("%d backend calls for a Bound claim whose ObjectBucket lacks the flags, want none", n)
+	}
+	deleteObj(ctx, t, obc)
+	waitGone(ctx, t, obc)
+	if bucketExists(ctx, t, b.bucket) {
+		t.Errorf("bucket %s left after the claim was deleted", b.bucket)
+	}
+}
+
+// removeAttempts makes the ObjectBucket look written before the attempt
+// flags existed.
+func removeAttempts(ctx context.Context, t *testing.T, name string) {
+	t.Helper()
+	patch := `[` +
+		`{"op":"remove","path":"/spec/additionalState/bucketbroker.io~1bucket-attempted"},` +
+		`{"op":"remove","path":"/spec/additionalState/bucketbroker.io~1user-attempted"}]`
+	ob := &obv1.ObjectBucket{}
+	ob.Name = name
+	if err := k8s.Patch(ctx, ob, client.RawPatch(types.JSONPatchType, []byte(patch))); err != nil {
+		t.Fatalf("remove the attempt flags: %v", err)
+	}
+}
+
+func bucketOwner(ctx context.Context, t *testing.T, name string) string {
+	t.Helper()
+	obs, err := backend.drv.Observe(ctx, driver.ObserveRequest{Bucket: name})
+	if err != nil {
+		t.Fatalf("observe bucket %s: %v", name, err)
+	}
+	return obs.BucketOwner
+}
+
+func observeUser(ctx context.Context, t *testing.T, uid types.UID) driver.Observation {
+	t.Helper()
+	obs, err := backend.drv.Observe(ctx, driver.ObserveRequest{UserName: driver.UserName(testPrefix, claimKind, string(uid))})
+	if err != nil {
+		t.Fatalf("observe user: %v", err)
+	}
+	return obs
+}
+
+// deleteRawBucket deletes a bucket the test made, and its objects.
+func deleteRawBucket(ctx context.Context, t *testing.T, name string) {
+	t.Helper()
+	c := rootS3()
+	out, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(name)})
+	if err == nil {
+		for _, o := range out.Contents {
+			_, _ = c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(name), Key: o.Key})
+		}
+	}
+	_, _ = c.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String(name)})
+}
+
+// waitEvent waits for an event with reason about the claim.
+func waitEvent(ctx context.Context, t *testing.T, obc *obv1.ObjectBucketClaim, reason string) {
+	t.Helper()
+	waitFor(ctx, t, "event "+reason, func(ctx context.Context) (bool, string) {
+		var list eventsv1.EventList
+		if err := k8s.List(ctx, &list, client.InNamespace(obc.Namespace)); err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, e := range list.Items {
+			if e.Regarding.UID == obc.UID && e.Reason == reason && e.Type == corev1.EventTypeWarning {
+				return true, ""
+			}
+			seen = append(seen, e.Reason)
+		}
+		return false, fmt.Sprintf("events %v", seen)
+	})
+}
