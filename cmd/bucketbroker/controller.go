@@ -81,7 +81,7 @@ Credentials come from the environment (never from flags):
 	f.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "namespace of the Lease (default: the pod's namespace)")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
 	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables them)")
-	f.IntVar(&o.maxConcurrent, "max-concurrent-reconciles", 10, "claims handled in parallel")
+	f.IntVar(&o.maxConcurrent, "max-concurrent-reconciles", provisioner.DefaultMaxConcurrentReconciles, "claims handled in parallel")
 	f.StringVar(&o.subRegion, "sub-region", "", "value of BUCKET_SUBREGION in claims' ConfigMaps")
 	s := &o.storage
 	f.StringVar(&s.Driver, "driver", broker.DriverEmbedded, "storage driver: embedded (in-process S3 + IAM server) or s3iam (any external S3 + IAM API endpoint)")

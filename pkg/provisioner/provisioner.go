@@ -24,6 +24,10 @@ const (
 	ClientBurst = objectbucket.DefaultBurst
 )
 
+// DefaultMaxConcurrentReconciles is the number of claims handled in
+// parallel when Options leaves it 0 (measured in docs/performance.md).
+const DefaultMaxConcurrentReconciles = objectbucket.DefaultMaxConcurrentReconciles
+
 // Options configure a Provisioner.
 type Options struct {
 	// Name is the StorageClass provisioner whose claims are served, e.g.
@@ -40,7 +44,7 @@ type Options struct {
 	Region    string
 	SubRegion string
 	// MaxConcurrentReconciles bounds claims handled in parallel; 0 means
-	// objectbucket's default (see docs/performance.md).
+	// DefaultMaxConcurrentReconciles.
 	MaxConcurrentReconciles int
 }
 
