@@ -140,15 +140,43 @@ func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 // in its directory.
 const storeFile = "iam.json"
 
-// unwrittenStore reports whether the store in dir has an empty file. The
-// file store writes every change to a temporary file renamed over the old
-// one, so a change is whole or absent; but the very first write, of the
+// backupFile is where the file store copies its file before each change.
+const backupFile = storeFile + ".backup"
+
+// unwrittenStore reports whether the store in dir has an empty file that
+// never held anything, and removes the temporary files a killed write left.
+//
+// The file store writes every change to a temporary file renamed over the
+// old one, after copying the old one to a backup the same way, so under a
+// kill -9 a change is whole or absent; but the very first write, of the
 // empty default when the file is missing, is a plain create-then-write,
 // and a process killed between the two leaves an empty file that the
 // store then refuses to parse ("unexpected end of JSON input") at every
-// start after. Such a file never held a user: the directory of a user
-// whose creation died there is removed, root's file written anew.
+// start after. Such a file has no backup yet: it never held a user (the
+// directory of a user whose creation died there is removed, root's file
+// is written anew). An empty file WITH a backup is another matter: nothing
+// but a crash of the machine (the store does not fsync) truncates a file
+// that was renamed into place, and it held users and keys; the store
+// refuses to start rather than drop them.
+//
+// A temporary file ("iam.json" and digits) left by a write that was
+// killed before its rename holds a whole copy of the store, secret keys
+// included, and is never read again: it is removed.
 func unwrittenStore(dir string) (bool, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, e := range entries {
+		if n := e.Name(); strings.HasPrefix(n, storeFile) && n != storeFile && n != backupFile && !e.IsDir() {
+			if err := os.Remove(filepath.Join(dir, n)); err != nil {
+				return false, fmt.Errorf("remove a killed write's temporary file: %w", err)
+			}
+		}
+	}
 	fi, err := os.Stat(filepath.Join(dir, storeFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
@@ -156,7 +184,21 @@ func unwrittenStore(dir string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return fi.Size() == 0, nil
+	if fi.Size() > 0 {
+		return false, nil
+	}
+	backup, err := os.Stat(filepath.Join(dir, backupFile))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return true, nil
+	case err != nil:
+		return false, err
+	case backup.Size() > 0:
+		return false, fmt.Errorf("%s is empty but was written before (its backup %s is not): "+
+			"lost in a crash of the machine? Nothing was removed; restore it by hand "+
+			"(the backup holds the state before the last change)", filepath.Join(dir, storeFile), backupFile)
+	}
+	return true, nil
 }
 
 func (s *userStore) count(ctx context.Context, sh *userShard) (int, error) {
@@ -184,6 +226,9 @@ func (s *userStore) index(ctx context.Context, sh *userShard) error {
 			return fmt.Errorf("list access keys of IAM user %q: %w", u.UserName, err)
 		}
 		for _, k := range keys.AccessKeys {
+			if other := s.keys[k.AccessKeyId]; other != nil {
+				return fmt.Errorf("open IAM store: access key %s is stored twice (%s and %s)", k.AccessKeyId, other.where(s.dir), sh.where(s.dir))
+			}
 			s.keys[k.AccessKeyId] = sh
 		}
 	}
@@ -418,15 +463,13 @@ func (s *userStore) ListUsers(ctx context.Context, input storage.ListUsersInput)
 	}
 	sort.Slice(users, func(i, j int) bool { return users[i].UserName < users[j].UserName })
 
+	// The page starts after the marker's place in the order, not after
+	// the marker itself: a user deleted between two pages (the audit and
+	// the driver's inventory page while unbinds run) must not end the
+	// listing early.
 	start := 0
 	if input.Marker != "" {
-		start = len(users)
-		for i, u := range users {
-			if u.UserName == input.Marker {
-				start = i + 1
-				break
-			}
-		}
+		start = sort.Search(len(users), func(i int) bool { return users[i].UserName > input.Marker })
 	}
 	users = users[start:]
 	limit := len(users)

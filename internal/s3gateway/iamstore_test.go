@@ -343,3 +343,69 @@ func TestUserStoreDropsUnwrittenStores(t *testing.T) {
 		t.Fatalf("create a user after root's unwritten file: %v", err)
 	}
 }
+
+// TestUserStoreKeepsWrittenStores: an empty file whose backup is not empty
+// was written before (only a crash of the machine truncates a renamed
+// file): the store refuses to open and removes nothing. A temporary file
+// a killed write left (a whole copy of the store, secrets included) is
+// removed at start.
+func TestUserStoreKeepsWrittenStores(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openUserStore(t, dir)
+	if _, err := s.CreateUser(ctx, newUser("alice", "AIDA0001")); err != nil {
+		t.Fatal(err)
+	}
+	udirs, err := filepath.Glob(filepath.Join(dir, usersDir, "*"))
+	if err != nil || len(udirs) != 1 {
+		t.Fatalf("user directories %v %v, want one", udirs, err)
+	}
+	leftovers := []string{filepath.Join(dir, storeFile+"123456"), filepath.Join(udirs[0], storeFile+"654321")}
+	for _, f := range leftovers {
+		if err := os.WriteFile(f, []byte(`{"secret":"x"}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names, _ := userNames(t, openUserStore(t, dir), storage.ListUsersInput{})
+	if diff := cmp.Diff([]string{"alice"}, names); diff != "" {
+		t.Errorf("users after reopening (-want +got):\n%s", diff)
+	}
+	for _, f := range leftovers {
+		if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("temporary file %s is still there: %v", f, err)
+		}
+	}
+
+	if err := os.Truncate(filepath.Join(udirs[0], storeFile), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newUserStore(ctx, dir); err == nil || !strings.Contains(err.Error(), "is empty but was written before") {
+		t.Fatalf("newUserStore over an emptied file with a backup = %v, want a refusal", err)
+	}
+	if _, err := os.Stat(filepath.Join(udirs[0], backupFile)); err != nil {
+		t.Errorf("the refusal removed the backup: %v", err)
+	}
+}
+
+// TestUserStoreListAfterDeletedMarker: a user deleted between two pages
+// (the page's marker) does not end the listing early.
+func TestUserStoreListAfterDeletedMarker(t *testing.T) {
+	ctx := context.Background()
+	s := openUserStore(t, t.TempDir())
+	for i := range 5 {
+		if _, err := s.CreateUser(ctx, newUser(fmt.Sprintf("u%d", i), fmt.Sprintf("AIDA%04d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, out := userNames(t, s, storage.ListUsersInput{MaxItems: 2})
+	if diff := cmp.Diff([]string{"u0", "u1"}, first); diff != "" || !out.IsTruncated {
+		t.Fatalf("first page (-want +got):\n%s truncated=%v", diff, out.IsTruncated)
+	}
+	if err := s.DeleteUser(ctx, out.Marker); err != nil {
+		t.Fatal(err)
+	}
+	rest, out := userNames(t, s, storage.ListUsersInput{Marker: out.Marker, MaxItems: 10})
+	if diff := cmp.Diff([]string{"u2", "u3", "u4"}, rest); diff != "" || out.IsTruncated {
+		t.Errorf("page after the deleted marker (-want +got):\n%s truncated=%v", diff, out.IsTruncated)
+	}
+}
