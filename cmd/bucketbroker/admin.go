@@ -20,6 +20,7 @@ import (
 
 	"github.com/bucketbroker/bucketbroker/internal/audit"
 	"github.com/bucketbroker/bucketbroker/internal/broker"
+	"github.com/bucketbroker/bucketbroker/internal/s3gateway"
 )
 
 func newAdminCommand() *cobra.Command {
@@ -188,8 +189,8 @@ func runAudit(cmd *cobra.Command, o auditOptions) (drift bool, err error) {
 		backend, err = broker.StartBackend(ctx, o.cfg)
 		return err
 	})
-	if errors.Is(err, syscall.EADDRINUSE) {
-		return false, fmt.Errorf("the embedded server's address %s or %s is in use: is `bucketbroker serve` running on %s? "+
+	if errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, s3gateway.ErrDataDirInUse) {
+		return false, fmt.Errorf("the embedded server's data dir or its address %s or %s is in use: is `bucketbroker serve` running on %s? "+
 			"Audit the running server instead: --driver s3iam --s3-endpoint http://%s --iam-endpoint http://%s --path-style, "+
 			"with BUCKETBROKER_S3_ROOT_ACCESS_KEY and BUCKETBROKER_S3_ROOT_SECRET_KEY from %s",
 			o.cfg.S3Listen, o.cfg.IAMListen, o.cfg.DataDir, o.cfg.S3Listen, o.cfg.IAMListen,

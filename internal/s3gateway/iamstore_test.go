@@ -409,3 +409,24 @@ func TestUserStoreListAfterDeletedMarker(t *testing.T) {
 		t.Errorf("page after the deleted marker (-want +got):\n%s truncated=%v", diff, out.IsTruncated)
 	}
 }
+
+// TestLockDataDir: a second lock on a data directory fails with
+// ErrDataDirInUse until the first is released.
+func TestLockDataDir(t *testing.T) {
+	dir := t.TempDir()
+	first, err := lockDataDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lockDataDir(dir); !errors.Is(err, ErrDataDirInUse) {
+		t.Fatalf("second lock = %v, want ErrDataDirInUse", err)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := lockDataDir(dir)
+	if err != nil {
+		t.Fatalf("lock after release: %v", err)
+	}
+	again.Close()
+}

@@ -73,6 +73,7 @@ type Server struct {
 	iamAddr string
 	region  string
 	sockDir string
+	lock    *os.File // holds the data directory's lock (lockDataDir)
 
 	gw   *component
 	iam  *component
@@ -144,10 +145,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if !running.CompareAndSwap(false, true) {
 		return nil, errors.New("start embedded S3 server: one is already running in this process (versitygw allows one per process)")
 	}
+	lock, err := lockDataDir(dataDir)
+	if err != nil {
+		running.Store(false)
+		return nil, fmt.Errorf("start embedded S3 server: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 
-	s := &Server{region: cfg.Region, stop: make(chan struct{}), closed: make(chan struct{})}
+	s := &Server{region: cfg.Region, lock: lock, stop: make(chan struct{}), closed: make(chan struct{})}
 	if err := s.start(ctx, cfg, objectsDir, versionsDir, iamDir); err != nil {
 		if s.gw != nil {
 			_ = s.gw.shutdown() // its error is in err already, or it was healthy
@@ -158,6 +164,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		if s.sockDir != "" {
 			_ = os.RemoveAll(s.sockDir)
 		}
+		_ = lock.Close()
 		running.Store(false)
 		return nil, err
 	}
@@ -364,6 +371,9 @@ func (s *Server) supervise() {
 		errs = append(errs, fmt.Errorf("embedded IAM API on %s: %w", s.iamAddr, err))
 	}
 	if err := os.RemoveAll(s.sockDir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.lock.Close(); err != nil {
 		errs = append(errs, err)
 	}
 	s.err = errors.Join(errs...)
