@@ -29,9 +29,13 @@ func runIAMAPI(ctx context.Context, cfg iamConfig) error {
 		return err
 	}
 	root := iamapi.RootCredentials{Access: cfg.rootAccess, Secret: cfg.rootSecret}
+	// Keep-alive stays off, as versitygw has it by default, here and on the
+	// S3 listener: with it on, after a client had many connections open at
+	// once, Stop waited out the servers' 10 s shutdown timeout in most runs
+	// and then failed (TestStopAfterManyConnections); the connection it
+	// saves costs under a millisecond on loopback.
 	public, err := iamapi.New(store, root,
 		iamapi.WithConcurrencyLimiter(maxConnections, maxRequests),
-		iamapi.WithKeepAlive(),
 		iamapi.WithQuiet())
 	if err != nil {
 		return fmt.Errorf("init IAM API: %w", err)

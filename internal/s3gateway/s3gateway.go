@@ -221,11 +221,9 @@ func (s *Server) start(ctx context.Context, cfg Config, objectsDir, versionsDir,
 				MaxRequests:           maxRequests,
 				MultipartMaxParts:     10000,
 				StandaloneIAMEndpoint: sockPath,
-				// versitygw closes each connection after one request
-				// unless told otherwise: a new TCP connection per call
-				// costs both sides, for the driver and for applications.
-				KeepAlive: true,
-				Quiet:     true,
+				// No KeepAlive (see runIAMAPI): with it, Stop could wait
+				// out the whole shutdown timeout.
+				Quiet: true,
 			})
 		})
 		client := s3.NewFromConfig(probeConfig(cfg.Region, creds), func(o *s3.Options) {

@@ -304,3 +304,44 @@ func TestStartListenerReportsServerErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestStopAfterManyConnections: a client that had many requests in flight
+// at once, on both APIs, leaves its connections open; Stop still returns
+// at once. With keep-alive on, the servers waited for some of those
+// connections until their 10 s shutdown timeout, and Stop failed.
+func TestStopAfterManyConnections(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	ctx := context.Background()
+	srv, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	s3c := s3Client(srv, cfg.RootAccessKey, cfg.RootSecretKey)
+	iamc := iam.New(iam.Options{
+		Region: IAMRegion, BaseEndpoint: aws.String(srv.IAMEndpoint()), Retryer: aws.NopRetryer{},
+		Credentials: credentials.NewStaticCredentialsProvider(cfg.RootAccessKey, cfg.RootSecretKey, ""),
+	})
+	const n = 64
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := iamc.ListUsers(ctx, &iam.ListUsersInput{})
+			if err == nil {
+				_, err = s3c.ListBuckets(ctx, &s3.ListBucketsInput{})
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("request: %v", err)
+		}
+	}
+	// Well below the servers' own 10 s shutdown timeout.
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := srv.Stop(sctx); err != nil {
+		t.Errorf("Stop after %d concurrent requests: %v", n, err)
+		_ = srv.Wait() // let it finish before the next test starts one
+	}
+}
