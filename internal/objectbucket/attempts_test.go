@@ -305,7 +305,7 @@ func TestObjectBucketWithoutAttempts(t *testing.T) {
 
 	crashed := make(chan struct{})
 	var once sync.Once
-	var first *controllerRun
+	var first atomic.Pointer[controllerRun]
 	// The first manager changes nothing on the backend: a pass it started
 	// before it stopped could otherwise die (its context cancelled) between
 	// creating the bucket and marking it, which an ObjectBucket without the
@@ -313,24 +313,24 @@ func TestObjectBucketWithoutAttempts(t *testing.T) {
 	inert := &hookDriver{Driver: backend.drv, ensureBucket: func(context.Context, driver.BucketSpec) error {
 		return errors.New("the first manager makes nothing (test)")
 	}}
-	first = startController(t, runOptions{provisioner: prov, drv: inert, afterWrite: func(p string) error {
+	first.Store(startController(t, runOptions{provisioner: prov, drv: inert, afterWrite: func(p string) error {
 		if p != "objectbucket-created" {
 			return nil
 		}
 		fired := false
-		once.Do(func() { fired = true; first.cancel(); close(crashed) })
+		once.Do(func() { fired = true; first.Load().cancel(); close(crashed) })
 		if fired {
 			return errCrash
 		}
 		return nil
-	}})
+	}}))
 	create(ctx, t, obc)
 	select {
 	case <-crashed:
 	case <-ctx.Done():
 		t.Fatal("the first manager never created the ObjectBucket")
 	}
-	first.stop()
+	first.Load().stop()
 	obName := ObjectBucketName(obc.UID)
 	removeAttempts(ctx, t, obName)
 
@@ -442,4 +442,89 @@ func waitEvent(ctx context.Context, t *testing.T, obc *obv1.ObjectBucketClaim, r
 		}
 		return false, fmt.Sprintf("events %v", seen)
 	})
+}
+
+// TestDeletedBeforeAdoption: the controller dies between creating the
+// claim's bucket (or user) and marking it, and the claim is deleted before
+// any pass adopts it. The driver deletes only what carries the claim's
+// mark; the record holds the attempt, so the deletion marks the unmarked
+// bucket or user first and then deletes it: nothing is left that no mark
+// or record would ever find again.
+func TestDeletedBeforeAdoption(t *testing.T) {
+	apiServer(t)
+	cases := map[string]struct {
+		reason string
+		bucket bool // the crash leaves the bucket unmarked, else the user
+	}{
+		"Bucket": {reason: "an unmarked bucket of an attempted name is the claim's, deleted with it", bucket: true},
+		"User":   {reason: "an unmarked user of an attempted name is the claim's, deleted with it"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ctx := testContext(t)
+			ns := namespace(ctx, t, k8s)
+			prov := newProvisioner()
+			class := storageClass(ctx, t, prov, corev1.PersistentVolumeReclaimDelete, nil)
+			gen := "deleted-early-" + randomHex(4)
+			obc := newClaim(ns, "early", class, func(s *obv1.ObjectBucketClaimSpec) { s.GenerateBucketName = gen })
+
+			var first atomic.Pointer[controllerRun] // set before the hook can run, read by the manager's workers
+			var died atomic.Bool
+			crashed := make(chan struct{})
+			die := func() error {
+				if died.CompareAndSwap(false, true) {
+					first.Load().cancel()
+					close(crashed)
+				}
+				return errCrash
+			}
+			drv := &hookDriver{Driver: backend.drv}
+			if tc.bucket {
+				drv.ensureBucket = func(ctx context.Context, spec driver.BucketSpec) error {
+					if !died.Load() {
+						if _, err := rootS3().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(spec.Name)}); err != nil {
+							return err
+						}
+					}
+					return die()
+				}
+			} else {
+				drv.ensureCredential = func(ctx context.Context, spec driver.CredentialSpec) (driver.Credential, error) {
+					if !died.Load() {
+						if _, err := rootIAM().CreateUser(ctx, &iam.CreateUserInput{UserName: aws.String(spec.UserName)}); err != nil {
+							return driver.Credential{}, err
+						}
+					}
+					return driver.Credential{}, die()
+				}
+			}
+			first.Store(startController(t, runOptions{provisioner: prov, drv: drv}))
+			create(ctx, t, obc)
+			select {
+			case <-crashed:
+			case <-ctx.Done():
+				t.Fatal("the first manager never reached the crash window")
+			}
+			first.Load().stop()
+			got := getClaim(ctx, t, k8s, obc)
+			bucket := generatedBucketName(gen, got.UID)
+			if tc.bucket {
+				if !bucketExists(ctx, t, bucket) || bucketOwner(ctx, t, bucket) != "" {
+					t.Fatalf("no unmarked bucket %s after the crash: the test proves nothing", bucket)
+				}
+			} else if obs := observeUser(ctx, t, got.UID); !obs.UserExists || obs.UserOwner != "" {
+				t.Fatalf("no unmarked user after the crash (%+v): the test proves nothing", obs)
+			}
+
+			deleteObj(ctx, t, obc)
+			startController(t, runOptions{provisioner: prov})
+			waitGone(ctx, t, obc)
+			if bucketExists(ctx, t, bucket) {
+				t.Errorf("%s: bucket %s left", tc.reason, bucket)
+			}
+			if obs := observeUser(ctx, t, got.UID); obs.UserExists {
+				t.Errorf("%s: user left: %+v", tc.reason, obs)
+			}
+		})
+	}
 }

@@ -85,10 +85,28 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (reconcile.R
 // cleanBackend revokes the claim's credential and deletes its bucket when
 // the recorded policy says so and the bucket is the claim's. A missing user
 // or bucket is success; one that is not ours is left alone.
+//
+// The driver deletes only what carries the claim's mark. A bucket or user
+// left unmarked by a crash between creating and marking it, and not
+// adopted by a provisioning pass before the claim was deleted, is still the
+// claim's when the record holds the attempt: it is marked first (the Ensure
+// call with AdoptUnmarked), then deleted. Without the attempt it is someone
+// else's and is left alone.
 func (r *Reconciler) cleanBackend(ctx context.Context, s *scope, p plan) error {
 	if p.user != "" && p.owner != "" {
 		bctx, cancel := backendCtx(ctx)
 		err := r.driver.RevokeCredential(bctx, p.user, p.owner)
+		if errors.Is(err, driver.ErrOwnedByOther) && p.userAttempted {
+			// Adopting makes a key nobody sees; the revoke deletes it with
+			// the user, and a crash in between leaves a marked user that
+			// the next pass revokes.
+			_, err = r.driver.EnsureCredential(bctx, driver.CredentialSpec{
+				UserName: p.user, Owner: p.owner, Bucket: p.bucket, Access: driver.AccessReadWrite, AdoptUnmarked: true,
+			})
+			if err == nil {
+				err = r.driver.RevokeCredential(bctx, p.user, p.owner)
+			}
+		}
 		cancel()
 		switch {
 		case errors.Is(err, driver.ErrOwnedByOther):
@@ -105,6 +123,12 @@ func (r *Reconciler) cleanBackend(ctx context.Context, s *scope, p plan) error {
 	}
 	bctx, cancel := backendCtx(ctx)
 	err := r.driver.DeleteBucket(bctx, p.bucket, p.owner, true)
+	if errors.Is(err, driver.ErrOwnedByOther) && p.bucketAttempted {
+		err = r.driver.EnsureBucket(bctx, driver.BucketSpec{Name: p.bucket, Owner: p.owner, AdoptUnmarked: true})
+		if err == nil {
+			err = r.driver.DeleteBucket(bctx, p.bucket, p.owner, true)
+		}
+	}
 	cancel()
 	switch {
 	case errors.Is(err, driver.ErrOwnedByOther):

@@ -23,6 +23,17 @@
 // ConfigMap of the same name that is not controlled by the claim is never
 // written; the claim goes Failed instead.
 //
+// Creating a bucket and marking it are two backend calls (so is creating a
+// user on a server whose CreateUser ignores tags), and an unmarked bucket
+// left by a crash in between looks like someone else's. Before the
+// ObjectBucket is created the controller looks at the bucket and user names
+// (one Observe) and records, in the same Create, an attempt flag for each
+// name that is free or already the claim's; with the flag, the Ensure calls
+// and the deletion adopt an unmarked bucket or user of that name. A name
+// taken before the look fails the claim before anything is created, and is
+// never touched. An ObjectBucket written before the flags existed gets the
+// look and the flags before its next backend change.
+//
 // Deletion works from the ObjectBucket alone, so a missing StorageClass
 // never blocks it: revoke the credential, delete the bucket if it is the
 // claim's and the recorded policy is Delete (a missing bucket is success; a
