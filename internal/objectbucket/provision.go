@@ -292,7 +292,7 @@ func (r *Reconciler) lookFirst(ctx context.Context, s *scope) (*taken, error) {
 
 func markNote(owner string) string {
 	if owner == "" {
-		return "it existed before the claim's first attempt to create it and has no owner mark"
+		return "it has no owner mark, and the ObjectBucket records no attempt of the claim to create it"
 	}
 	return fmt.Sprintf("it carries owner mark %q", owner)
 }
