@@ -76,9 +76,11 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 			if rec.Phase == PhaseDeleted {
 				rec.AccessKeyID, rec.SealedSecret = "", nil
 				if !rec.UserAttempted {
-					// The user was revoked, or never attempted: look
-					// again, as for a new binding. (The flag survives
-					// only an unbind that left our unmarked user.)
+					// An unbind leaves nothing of ours under the name
+					// and clears the flag: look again, as for a new
+					// binding. (The flag survives only in a record
+					// whose unbind, by an older version, left our
+					// unmarked user in place: the bind adopts it.)
 					rec.UserAttempted = e.userFree(ctx, rec, req.AcceptsIncomplete)
 				}
 			}
@@ -172,8 +174,9 @@ func (e *Engine) bindStarted(ctx context.Context, rec *Record, async bool) (Bind
 	if refused := e.refuseBind(inst, rec); refused != nil {
 		rec.Phase = PhaseDeleted
 		// Nothing was attempted: a later bind looks again. (Should the flag
-		// be one an earlier unbind kept, this errs on the safe side: its
-		// leftover user is then refused, never a foreign one adopted.)
+		// be one an older version's unbind kept, this errs on the safe
+		// side: its leftover user is then refused, never a foreign one
+		// adopted.)
 		rec.UserAttempted = false
 		rec.Op.State, rec.Op.Description, rec.Op.EndedAt = OpFailed, "bind failed: "+refused.Error(), time.Now().UTC()
 		if err := e.save(ctx, rec); err != nil && !errors.Is(err, ErrStale) {

@@ -23,7 +23,9 @@
 //     the record proves the engine attempted its creation (BucketAttempted,
 //     UserAttempted: set after a look showed the name free, before the first
 //     attempt), since a crash between a create call and the tag call leaves
-//     one. Anything else under the name that is not ours is refused.
+//     one. A deprovision or unbind refused by the driver as not ours adopts
+//     it the same way, then deletes it. Anything else under the name that
+//     is not ours is refused.
 //   - Resume, don't abandon: Start picks up every unfinished operation.
 //   - Answers come from the record: the status of a duplicate is derived from
 //     the stored phase, operation and fingerprint, and a repeated bind

@@ -111,7 +111,8 @@ type Record struct {
 	// Owner is the owner mark on the backend resources of this record.
 	Owner string `json:"owner,omitempty"`
 	// BucketAttempted is set, durably, before the first attempt to create the
-	// bucket. It lets a retry adopt an unmarked bucket it created itself.
+	// bucket. It lets a retry adopt an unmarked bucket it created itself,
+	// and a deprovision mark such a bucket and delete it.
 	BucketAttempted bool `json:"bucketAttempted,omitempty"`
 
 	// UserName, UserAttempted, Access, AccessKeyID and SealedSecret are
@@ -121,7 +122,8 @@ type Record struct {
 	// user, and only after a look showed the name free (or carrying this
 	// binding's mark). It lets a retry adopt an unmarked user it created
 	// itself: on a backend that marks users in a second call, a crash in
-	// between leaves one.
+	// between leaves one. An unbind marks such a user and deletes it, then
+	// clears the flag.
 	UserAttempted bool   `json:"userAttempted,omitempty"`
 	Access        string `json:"access,omitempty"`
 	AccessKeyID   string `json:"accessKeyId,omitempty"`

@@ -169,7 +169,18 @@ func (e *Engine) deprovision(ctx context.Context, rec *Record) error {
 			return e.finish(ctx, rec, err)
 		}
 		err = e.step(ctx, rec, "delete bucket", func(ctx context.Context) error {
-			return e.driver.DeleteBucket(ctx, rec.Bucket, rec.Owner, purge)
+			err := e.driver.DeleteBucket(ctx, rec.Bucket, rec.Owner, purge)
+			if errors.Is(err, driver.ErrOwnedByOther) && rec.BucketAttempted {
+				// The driver deletes only a bucket with our mark. With
+				// the attempt recorded, an unmarked one is our own, left
+				// by a provision that crashed between creating and
+				// marking it: mark it, then delete it, or nothing would
+				// ever find it again. Another owner's mark is refused.
+				if err = e.adoptBucket(ctx, rec); err == nil {
+					err = e.driver.DeleteBucket(ctx, rec.Bucket, rec.Owner, purge)
+				}
+			}
+			return err
 		})
 		if errors.Is(err, driver.ErrOwnedByOther) {
 			// Never delete what we did not create; it is not ours to clean.
@@ -314,25 +325,52 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 
 func (e *Engine) unbind(ctx context.Context, rec *Record) error {
 	err := e.step(ctx, rec, "revoke credential", func(ctx context.Context) error {
-		return e.driver.RevokeCredential(ctx, rec.UserName, rec.Owner)
+		err := e.driver.RevokeCredential(ctx, rec.UserName, rec.Owner)
+		if errors.Is(err, driver.ErrOwnedByOther) && rec.UserAttempted {
+			// As for the bucket: with the attempt recorded, an unmarked
+			// user is our own, left by a bind that crashed before marking
+			// it. Mark it, then revoke it; a user with another owner's
+			// mark is refused and left.
+			if err = e.adoptUser(ctx, rec); err == nil {
+				err = e.driver.RevokeCredential(ctx, rec.UserName, rec.Owner)
+			}
+		}
+		return err
 	})
-	switch {
-	case err == nil:
-		// The user is gone: a user under its name from now on is not
-		// ours, so a bind of this id again must look first.
-		rec.UserAttempted = false
-	case errors.Is(err, driver.ErrOwnedByOther):
-		// Never deleted. With UserAttempted set, an unmarked user here is
-		// our own, left by a bind that crashed before marking it: the flag
-		// stays, so that a bind of this id again adopts it.
+	if errors.Is(err, driver.ErrOwnedByOther) {
+		// Never deleted: not ours (another owner's mark, or no mark and
+		// no attempt recorded).
 		e.log.Warn("Backend user is not this binding's, or is not marked; left in place", "id", rec.ID, "user", rec.UserName)
 		err = nil
 	}
 	if err != nil {
 		return e.fail(ctx, rec, err)
 	}
+	// Nothing of ours is left under the name: the user is gone, or what
+	// is there is someone else's. A bind of this id again looks first.
+	rec.UserAttempted = false
 	crashpoint.Hit("unbind/user-revoked")
 	return e.finish(ctx, rec, nil)
+}
+
+// adoptBucket marks an unmarked bucket under rec's name as rec's; a bucket
+// with another owner's mark is refused (ErrOwnedByOther). Call it only when
+// rec records the attempt to create the bucket, and only after a delete
+// was refused as not ours, so that the usual path makes no extra call.
+func (e *Engine) adoptBucket(ctx context.Context, rec *Record) error {
+	return e.driver.EnsureBucket(ctx, driver.BucketSpec{Name: rec.Bucket, Owner: rec.Owner, AdoptUnmarked: true})
+}
+
+// adoptUser is adoptBucket for a binding's user (with UserAttempted).
+// EnsureCredential makes a key as well: it is dropped here, never recorded,
+// answered or logged, and the revoke that follows deletes it with the user
+// (a crash in between leaves a marked user that the resumed unbind
+// revokes). The policy is read-only, the least a key nobody holds needs.
+func (e *Engine) adoptUser(ctx context.Context, rec *Record) error {
+	_, err := e.driver.EnsureCredential(ctx, driver.CredentialSpec{
+		UserName: rec.UserName, Owner: rec.Owner, Bucket: rec.Bucket, Access: driver.AccessReadOnly, AdoptUnmarked: true,
+	})
+	return err
 }
 
 func sealContext(rec *Record) string { return "binding/" + rec.ID }

@@ -46,7 +46,7 @@ func TestBindAdoptsItsUnmarkedUserAfterCrash(t *testing.T) {
 			async:  true,
 		},
 		"UnbindThenBindAgain": {
-			reason:      "the unbind never deletes the unmarked user and keeps userAttempted; a bind of the same id adopts the user",
+			reason:      "the unbind marks the unmarked user, deletes it and clears userAttempted; a bind of the same id looks again and makes a new user",
 			async:       true,
 			unbindFirst: true,
 		},
@@ -103,15 +103,15 @@ func TestBindAdoptsItsUnmarkedUserAfterCrash(t *testing.T) {
 				if s := b.waitOp(bind, r.str("operation")); s != "succeeded" {
 					t.Fatalf("unbind ended %q, want succeeded", s)
 				}
-				if keys, ok := b.users()[user]; !ok || len(keys) != 0 {
-					t.Fatalf("after the unbind user %q exists %v with keys %v, want it left in place (unmarked, never deleted) without keys", user, ok, keys)
+				if keys, ok := b.users()[user]; ok {
+					t.Fatalf("after the unbind user %q exists with keys %v, want it deleted (its attempt is recorded)", user, keys)
 				}
 				rec, err := b.store.Get(ctx, engine.KindBinding, bid)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if rec.Phase != engine.PhaseDeleted || !rec.UserAttempted {
-					t.Fatalf("after the unbind the record is %s with userAttempted %v, want deleted and true", rec.Phase, rec.UserAttempted)
+				if rec.Phase != engine.PhaseDeleted || rec.UserAttempted || rec.AccessKeyID != "" || len(rec.SealedSecret) != 0 {
+					t.Fatalf("after the unbind the record is %s with userAttempted %v and key %q, want deleted, false and none", rec.Phase, rec.UserAttempted, rec.AccessKeyID)
 				}
 				b.want(b.do("PUT", bind, bindBody(planStd, nil)), http.StatusCreated, "bind again on b")
 			} else if s := b.waitOp(bind, rec.Op.ID); s != "succeeded" {
