@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -382,32 +383,15 @@ func settle(ctx context.Context, rc *requestCounter) {
 	}
 }
 
+// parallel runs f(0..n-1) on at most workers goroutines and returns the first
+// error.
 func parallel(n, workers int, f func(i int) error) error {
-	var wg sync.WaitGroup
-	next := atomic.Int64{}
-	var (
-		mu       sync.Mutex
-		firstErr error
-	)
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				if err := f(i); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-				}
-			}
-		})
+	var g errgroup.Group
+	g.SetLimit(workers)
+	for i := range n {
+		g.Go(func() error { return f(i) })
 	}
-	wg.Wait()
-	return firstErr
+	return g.Wait()
 }
 
 // watchClaims returns a cache of the claims in ns, fed by a watch: the

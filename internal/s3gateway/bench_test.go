@@ -5,9 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
@@ -112,31 +113,13 @@ func benchProvision(b *testing.B, n int) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// each runs f(0..n-1) on workers goroutines and returns the first error.
+// each runs f(0..n-1) on at most workers goroutines and returns the first
+// error.
 func each(n, workers int, f func(i int) error) error {
-	var (
-		wg    sync.WaitGroup
-		next  atomic.Int64
-		mu    sync.Mutex
-		first error
-	)
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				if err := f(i); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-				}
-			}
-		})
+	var g errgroup.Group
+	g.SetLimit(workers)
+	for i := range n {
+		g.Go(func() error { return f(i) })
 	}
-	wg.Wait()
-	return first
+	return g.Wait()
 }
