@@ -42,11 +42,9 @@ readonly STOP_TIMEOUT="${SWFS_STOP_TIMEOUT:-15}"
 # times.
 readonly PORT_MIN=20000 PORT_SPAN=12000 PORT_ATTEMPTS=5
 
-log() { echo "seaweedfs.sh: $*" >&2; }
-die() {
-	log "$*"
-	exit 1
-}
+LOG_NAME=seaweedfs.sh
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() {
 	cat >&2 <<EOF
@@ -56,18 +54,6 @@ usage: $0 build
        $0 stop DIR
 EOF
 	exit 2
-}
-
-go_cmd() {
-	if [[ -n "${GO:-}" ]]; then
-		echo "$GO"
-	elif command -v go >/dev/null; then
-		echo go
-	elif [[ -x /usr/local/go/bin/go ]]; then
-		echo /usr/local/go/bin/go
-	else
-		die "go is not on PATH nor at /usr/local/go/bin/go (set GO)"
-	fi
 }
 
 # build prints the path of the weed binary, building it first unless the
@@ -113,39 +99,6 @@ cmd_build() {
 	echo "$BIN"
 }
 
-
-random_hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
-
-# listening reports whether something accepts connections on 127.0.0.1:port.
-listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# free_ports prints n distinct ports that nothing listens on.
-free_ports() {
-	local n="$1" port
-	local -A picked=()
-	for _ in $(seq $((n * 50))); do
-		((${#picked[@]} < n)) || break
-		port=$((PORT_MIN + (RANDOM * 32768 + RANDOM) % PORT_SPAN))
-		[[ -z "${picked[$port]:-}" ]] || continue
-		listening "$port" && continue
-		picked[$port]=1
-	done
-	((${#picked[@]} == n)) || die "no $n free ports found between $PORT_MIN and $((PORT_MIN + PORT_SPAN))"
-	echo "${!picked[@]}"
-}
-
-alive() { [[ -n "$1" ]] && kill -0 "$1" 2>/dev/null; }
-
-# ours reports whether pid is a running weed, not a recycled pid.
-ours() { alive "$1" && [[ "$(cat "/proc/$1/comm" 2>/dev/null)" == weed ]]; }
-
-read_pid() { cat "$1" 2>/dev/null || true; }
-
-log_tail() {
-	echo "--- last lines of $1 ---"
-	tail -n 20 "$1" 2>/dev/null || true
-	echo "---"
-}
 
 # ready reports whether the S3 gateway on port answers its health check
 # and accepts the root keys (SigV4-signed ListBuckets), which it does only
@@ -221,7 +174,7 @@ cmd_start() {
 	local dir="$1"
 	mkdir -p "$dir"
 	dir="$(cd "$dir" && pwd)"
-	if ours "$(read_pid "$dir/weed.pid")" && [[ -s "$dir/env" ]]; then
+	if running_as "$(read_pid "$dir/weed.pid")" weed && [[ -s "$dir/env" ]]; then
 		log "already running in $dir"
 		cat "$dir/env"
 		return 0
@@ -269,31 +222,13 @@ export BUCKETBROKER_TEST_SEAWEEDFS_SECRET_KEY=$secret"
 	echo "$env"
 }
 
-# cmd_stop sends SIGTERM, waits, then SIGKILL. A pid that is gone, or that
-# is no longer a weed (recycled), is left alone. weed mini keeps unix
+# cmd_stop stops weed mini (see stop_process). weed mini keeps unix
 # sockets for its gRPC ports in /tmp, named by port: those of our ports go
 # too.
 cmd_stop() {
-	local dir="$1" pid deadline port
+	local dir="$1" port
 	[[ -d "$dir" ]] || return 0
-	pid="$(read_pid "$dir/weed.pid")"
-	if ours "$pid"; then
-		kill -TERM "$pid" 2>/dev/null || true
-		deadline=$((SECONDS + STOP_TIMEOUT))
-		while alive "$pid" && ((SECONDS < deadline)); do
-			sleep 0.2
-		done
-		if alive "$pid"; then
-			log "weed mini (pid $pid) still running ${STOP_TIMEOUT}s after SIGTERM: sending SIGKILL"
-			kill -KILL "$pid" 2>/dev/null || true
-			deadline=$((SECONDS + 5))
-			while alive "$pid" && ((SECONDS < deadline)); do
-				sleep 0.1
-			done
-			alive "$pid" && die "weed mini (pid $pid) survived SIGKILL for 5s (stuck in the kernel?)"
-		fi
-		log "stopped weed mini (pid $pid)"
-	fi
+	stop_process "weed mini" "$(read_pid "$dir/weed.pid")" weed
 	if [[ -f "$dir/ports" ]]; then
 		local -a ports
 		read -r -a ports <"$dir/ports"

@@ -42,11 +42,9 @@ readonly PORT_MIN=20000 PORT_SPAN=12000 PORT_ATTEMPTS=5
 # sockaddr_un holds 108 bytes with the terminating NUL.
 readonly MAX_SOCKET_PATH=100
 
-log() { echo "versitygw.sh: $*" >&2; }
-die() {
-	log "$*"
-	exit 1
-}
+LOG_NAME=versitygw.sh
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() {
 	cat >&2 <<EOF
@@ -55,18 +53,6 @@ usage: $0 build
        $0 stop DIR
 EOF
 	exit 2
-}
-
-go_cmd() {
-	if [[ -n "${GO:-}" ]]; then
-		echo "$GO"
-	elif command -v go >/dev/null; then
-		echo go
-	elif [[ -x /usr/local/go/bin/go ]]; then
-		echo /usr/local/go/bin/go
-	else
-		die "go is not on PATH nor at /usr/local/go/bin/go (set GO)"
-	fi
 }
 
 # build prints the path of the versitygw binary, building it first unless the
@@ -104,39 +90,11 @@ cmd_build() {
 	echo "$BIN"
 }
 
-random_hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
-
-# listening reports whether something accepts connections on 127.0.0.1:port.
-listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-free_port() {
-	local port
-	for _ in $(seq 50); do
-		port=$((PORT_MIN + (RANDOM * 32768 + RANDOM) % PORT_SPAN))
-		if ! listening "$port"; then
-			echo "$port"
-			return 0
-		fi
-	done
-	die "no free port found between $PORT_MIN and $((PORT_MIN + PORT_SPAN))"
-}
-
 # healthy reports whether GET /health on 127.0.0.1:port answers 200.
 healthy() {
 	local status
 	status="$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$1/health")" || return 1
 	[[ "$status" == 200 ]]
-}
-
-alive() { [[ -n "$1" ]] && kill -0 "$1" 2>/dev/null; }
-
-# ours reports whether pid is a running versitygw, not a recycled pid.
-ours() { alive "$1" && [[ "$(cat "/proc/$1/comm" 2>/dev/null)" == versitygw ]]; }
-
-log_tail() {
-	echo "--- last lines of $1 ---"
-	tail -n 20 "$1" 2>/dev/null || true
-	echo "---"
 }
 
 # launch starts one server (the command line after the log file name) on a
@@ -149,7 +107,7 @@ launch() {
 	shift 3
 	local attempt port pid deadline
 	for attempt in $(seq "$PORT_ATTEMPTS"); do
-		port="$(free_port)"
+		port="$(free_ports 1)"
 		echo "=== $(date -u +%FT%TZ) start on 127.0.0.1:$port (attempt $attempt)" >>"$logfile"
 		# setsid: its own session, so a Ctrl-C or hang-up aimed at the
 		# caller's terminal does not take the server down mid-test.
@@ -182,15 +140,13 @@ $(log_tail "$logfile")"
 $(log_tail "$logfile")"
 }
 
-read_pid() { cat "$1" 2>/dev/null || true; }
-
 cmd_start() {
 	local dir="$1"
 	mkdir -p "$dir"
 	dir="$(cd "$dir" && pwd)"
 	local iam_running=false s3_running=false
-	ours "$(read_pid "$dir/iam.pid")" && iam_running=true
-	ours "$(read_pid "$dir/s3.pid")" && s3_running=true
+	running_as "$(read_pid "$dir/iam.pid")" versitygw && iam_running=true
+	running_as "$(read_pid "$dir/s3.pid")" versitygw && s3_running=true
 	if $iam_running && $s3_running && [[ -s "$dir/env" ]]; then
 		log "already running in $dir"
 		cat "$dir/env"
@@ -264,31 +220,10 @@ export BUCKETBROKER_TEST_S3_SECRET_KEY=$secret"
 	echo "$env"
 }
 
-# stop_pid sends SIGTERM, waits, then SIGKILL. A pid that is gone, or that
-# is no longer a versitygw (recycled), is left alone.
+# stop_pid stops the versitygw whose pid is in pidfile (see stop_process).
 stop_pid() {
-	local name="$1" pidfile="$2" pid deadline
-	pid="$(read_pid "$pidfile")"
-	if ! ours "$pid"; then
-		rm -f "$pidfile"
-		return 0
-	fi
-	kill -TERM "$pid" 2>/dev/null || true
-	deadline=$((SECONDS + STOP_TIMEOUT))
-	while alive "$pid" && ((SECONDS < deadline)); do
-		sleep 0.2
-	done
-	if alive "$pid"; then
-		log "$name (pid $pid) still running ${STOP_TIMEOUT}s after SIGTERM: sending SIGKILL"
-		kill -KILL "$pid" 2>/dev/null || true
-		deadline=$((SECONDS + 5))
-		while alive "$pid" && ((SECONDS < deadline)); do
-			sleep 0.1
-		done
-		alive "$pid" && die "$name (pid $pid) survived SIGKILL for 5s (stuck in the kernel?)"
-	fi
-	log "stopped $name (pid $pid)"
-	rm -f "$pidfile"
+	stop_process "$1" "$(read_pid "$2")" versitygw
+	rm -f "$2"
 }
 
 cmd_stop() {

@@ -1,0 +1,83 @@
+# shellcheck shell=bash
+# Helpers shared by the hack/ scripts that build and run test servers as
+# processes (versitygw.sh, seaweedfs.sh). Source it after `set -euo
+# pipefail`, with LOG_NAME set to the script's name for log lines, and
+# PORT_MIN / PORT_SPAN for free_ports, STOP_TIMEOUT for stop_process.
+
+log() { echo "${LOG_NAME:-hack}: $*" >&2; }
+die() {
+	log "$*"
+	exit 1
+}
+
+# go_cmd prints the go command: $GO, else go on PATH, else /usr/local/go.
+go_cmd() {
+	if [[ -n "${GO:-}" ]]; then
+		echo "$GO"
+	elif command -v go >/dev/null; then
+		echo go
+	elif [[ -x /usr/local/go/bin/go ]]; then
+		echo /usr/local/go/bin/go
+	else
+		die "go is not on PATH nor at /usr/local/go/bin/go (set GO)"
+	fi
+}
+
+random_hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
+
+# listening reports whether something accepts connections on 127.0.0.1:port.
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# free_ports prints n distinct ports between PORT_MIN and PORT_MIN +
+# PORT_SPAN that nothing listens on (picked at random: another process may
+# still take one before it is bound, so callers retry a failed start).
+free_ports() {
+	local n="$1" port
+	local -A picked=()
+	for _ in $(seq $((n * 50))); do
+		((${#picked[@]} < n)) || break
+		port=$((PORT_MIN + (RANDOM * 32768 + RANDOM) % PORT_SPAN))
+		[[ -z "${picked[$port]:-}" ]] || continue
+		listening "$port" && continue
+		picked[$port]=1
+	done
+	((${#picked[@]} == n)) || die "no $n free ports found between $PORT_MIN and $((PORT_MIN + PORT_SPAN))"
+	echo "${!picked[@]}"
+}
+
+alive() { [[ -n "$1" ]] && kill -0 "$1" 2>/dev/null; }
+
+# running_as reports whether pid runs the program named comm, not a recycled
+# pid.
+running_as() { alive "$1" && [[ "$(cat "/proc/$1/comm" 2>/dev/null)" == "$2" ]]; }
+
+read_pid() { cat "$1" 2>/dev/null || true; }
+
+log_tail() {
+	echo "--- last lines of $1 ---"
+	tail -n 20 "$1" 2>/dev/null || true
+	echo "---"
+}
+
+# stop_process stops pid if it still runs the program comm: SIGTERM, up to
+# STOP_TIMEOUT seconds, then SIGKILL. A pid that is gone or recycled is left
+# alone.
+stop_process() {
+	local name="$1" pid="$2" comm="$3" deadline
+	running_as "$pid" "$comm" || return 0
+	kill -TERM "$pid" 2>/dev/null || true
+	deadline=$((SECONDS + STOP_TIMEOUT))
+	while alive "$pid" && ((SECONDS < deadline)); do
+		sleep 0.2
+	done
+	if alive "$pid"; then
+		log "$name (pid $pid) still running ${STOP_TIMEOUT}s after SIGTERM: sending SIGKILL"
+		kill -KILL "$pid" 2>/dev/null || true
+		deadline=$((SECONDS + 5))
+		while alive "$pid" && ((SECONDS < deadline)); do
+			sleep 0.1
+		done
+		alive "$pid" && die "$name (pid $pid) survived SIGKILL for 5s (stuck in the kernel?)"
+	fi
+	log "stopped $name (pid $pid)"
+}
