@@ -270,6 +270,7 @@ func (b *Broker) startBackend(ctx context.Context, cfg *Config) (driver.Driver, 
 		b.gateway, err = s3gateway.Start(ctx, s3gateway.Config{
 			DataDir: filepath.Join(cfg.DataDir, "s3"), S3Listen: cfg.S3Listen, IAMListen: cfg.IAMListen,
 			RootAccessKey: cfg.RootAccessKey, RootSecretKey: cfg.RootSecretKey, Region: cfg.Region,
+			Logger: cfg.Logger,
 		})
 		if err != nil {
 			return nil, engine.Endpoint{}, err

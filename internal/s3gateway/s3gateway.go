@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -65,6 +66,8 @@ type Config struct {
 	RootSecretKey string
 	// Region is the S3 signing region; empty means us-east-1.
 	Region string
+	// Logger receives what the start repairs; nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Server is a running S3 gateway and IAM API pair.
@@ -147,6 +150,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	lock, err := lockDataDir(dataDir)
 	if err != nil {
+		running.Store(false)
+		return nil, fmt.Errorf("start embedded S3 server: %w", err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := removeHalfCreatedBuckets(objectsDir, log); err != nil {
+		_ = lock.Close()
 		running.Store(false)
 		return nil, fmt.Errorf("start embedded S3 server: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -343,5 +344,48 @@ func TestStopAfterManyConnections(t *testing.T) {
 	if err := srv.Stop(sctx); err != nil {
 		t.Errorf("Stop after %d concurrent requests: %v", n, err)
 		_ = srv.Wait() // let it finish before the next test starts one
+	}
+}
+
+// TestStartRemovesHalfCreatedBuckets: a kill -9 inside versitygw's
+// CreateBucket, after its mkdir and before its ACL (found by test/crash
+// TestKillUnderLoad), left a directory that failed every request for that
+// name with a 500 for ever. The next start removes it when it is empty, so
+// a retried CreateBucket succeeds; real buckets, and a directory without
+// an ACL that holds something, stay.
+func TestStartRemovesHalfCreatedBuckets(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	ctx := context.Background()
+	real, half, full := "real-"+randomKey(t), "half-"+randomKey(t), "full-"+randomKey(t)
+
+	first := start(t, cfg)
+	if _, err := s3Client(first, cfg.RootAccessKey, cfg.RootSecretKey).CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &real}); err != nil {
+		t.Fatalf("CreateBucket: %v", err)
+	}
+	stop(t, first)
+	objects := filepath.Join(dir, "objects")
+	if err := os.Mkdir(filepath.Join(objects, half), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(objects, full), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(objects, full, "obj"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	second := start(t, cfg)
+	root := s3Client(second, cfg.RootAccessKey, cfg.RootSecretKey)
+	if _, err := root.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &half}); err != nil {
+		t.Errorf("CreateBucket of the half-created name after a restart: %v", err)
+	}
+	for _, b := range []string{real, half} {
+		if _, err := root.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &b}); err != nil {
+			t.Errorf("HeadBucket %s: %v", b, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(objects, full, "obj")); err != nil {
+		t.Errorf("a directory without an ACL that holds a file was touched: %v", err)
 	}
 }
