@@ -98,16 +98,7 @@ func TestConformanceExternal(t *testing.T) {
 	d := usableDriver(t, cfg)
 
 	t.Run("Suite", func(t *testing.T) {
-		drivertest.Run(t, drivertest.Config{
-			Driver:              d,
-			S3Endpoint:          cfg.S3Endpoint,
-			IAMEndpoint:         cfg.IAMEndpoint,
-			Region:              cfg.Region,
-			PathStyle:           cfg.PathStyle,
-			RootAccessKeyID:     cfg.AccessKeyID,
-			RootSecretAccessKey: cfg.SecretAccessKey,
-			Prefix:              "bbext",
-		})
+		drivertest.Run(t, suiteConfig(d, cfg, "bbext"))
 	})
 	t.Run("HealthErrors", func(t *testing.T) {
 		testHealthErrors(t, cfg)

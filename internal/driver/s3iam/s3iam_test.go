@@ -89,16 +89,24 @@ func serverConfig() Config {
 }
 
 func TestConformance(t *testing.T) {
-	drivertest.Run(t, drivertest.Config{
-		Driver:              newDriver(t, serverConfig()),
-		S3Endpoint:          server.S3Endpoint(),
-		IAMEndpoint:         server.IAMEndpoint(),
-		Region:              server.Region(),
-		PathStyle:           true,
-		RootAccessKeyID:     rootAccess,
-		RootSecretAccessKey: rootSecret,
-		Prefix:              "bbtest",
-	})
+	cfg := serverConfig()
+	drivertest.Run(t, suiteConfig(newDriver(t, cfg), cfg, "bbtest"))
+}
+
+// suiteConfig is the conformance suite's configuration for driver d on the
+// server cfg names, with cfg's (root) keys, naming what it makes under
+// prefix.
+func suiteConfig(d *Driver, cfg Config, prefix string) drivertest.Config {
+	return drivertest.Config{
+		Driver:              d,
+		S3Endpoint:          cfg.S3Endpoint,
+		IAMEndpoint:         cfg.IAMEndpoint,
+		Region:              cfg.Region,
+		PathStyle:           cfg.PathStyle,
+		RootAccessKeyID:     cfg.AccessKeyID,
+		RootSecretAccessKey: cfg.SecretAccessKey,
+		Prefix:              prefix,
+	}
 }
 
 // closedPort is a 127.0.0.1 address nobody listens on.

@@ -66,16 +66,7 @@ func TestConformanceSeaweedFS(t *testing.T) {
 	d := usableDriver(t, cfg)
 
 	t.Run("Suite", func(t *testing.T) {
-		drivertest.Run(t, drivertest.Config{
-			Driver:              d,
-			S3Endpoint:          cfg.S3Endpoint,
-			IAMEndpoint:         cfg.IAMEndpoint,
-			Region:              cfg.Region,
-			PathStyle:           cfg.PathStyle,
-			RootAccessKeyID:     cfg.AccessKeyID,
-			RootSecretAccessKey: cfg.SecretAccessKey,
-			Prefix:              "bbswfs",
-		})
+		drivertest.Run(t, suiteConfig(d, cfg, "bbswfs"))
 	})
 	t.Run("HealthErrors", func(t *testing.T) {
 		testHealthErrors(t, cfg)
