@@ -54,6 +54,20 @@ func (d *Driver) observeUser(ctx context.Context, name string) (userState, error
 	return userState{exists: true, owner: ownerTag(tags), path: aws.ToString(out.User.Path)}, nil
 }
 
+// ownUser reports whether the user exists; an existing user that does not
+// carry owner is ErrOwnedByOther. The deletions (RevokeCredential,
+// DeleteAccessKey) start with it: a missing user is already done.
+func (d *Driver) ownUser(ctx context.Context, name, owner string) (bool, error) {
+	u, err := d.observeUser(ctx, name)
+	if err != nil || !u.exists {
+		return false, err
+	}
+	if u.owner != owner {
+		return false, u.ownedByOther(name)
+	}
+	return true, nil
+}
+
 func ownerTag(tags []types.Tag) string {
 	for _, t := range tags {
 		if aws.ToString(t.Key) == OwnerTagKey {
@@ -225,15 +239,8 @@ func (d *Driver) RevokeCredential(ctx context.Context, userName, owner string) e
 	if err := requireNames("user name", userName, "owner", owner); err != nil {
 		return err
 	}
-	u, err := d.observeUser(ctx, userName)
-	if err != nil {
+	if exists, err := d.ownUser(ctx, userName, owner); !exists {
 		return err
-	}
-	if !u.exists {
-		return nil
-	}
-	if u.owner != owner {
-		return u.ownedByOther(userName)
 	}
 
 	// Keys first: from here on the credential is dead even if a later

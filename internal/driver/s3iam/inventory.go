@@ -173,15 +173,8 @@ func (d *Driver) DeleteAccessKey(ctx context.Context, userName, owner, keyID str
 	if err := requireNames("user name", userName, "owner", owner, "key id", keyID); err != nil {
 		return err
 	}
-	u, err := d.observeUser(ctx, userName)
-	if err != nil {
+	if exists, err := d.ownUser(ctx, userName, owner); !exists {
 		return err
-	}
-	if !u.exists {
-		return nil
-	}
-	if u.owner != owner {
-		return u.ownedByOther(userName)
 	}
 	return d.deleteKey(ctx, userName, keyID)
 }
