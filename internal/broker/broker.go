@@ -89,15 +89,13 @@ type Config struct {
 
 // Broker is a running bucketbroker.
 type Broker struct {
-	cfg     Config
-	log     *slog.Logger
-	store   Store
-	gateway *s3gateway.Server
-	// gatewayClient is the driver's HTTP client to gateway.
-	gatewayClient *http.Client
-	engine        *engine.Engine
-	server        *http.Server
-	listener      net.Listener
+	cfg      Config
+	log      *slog.Logger
+	store    Store
+	gateway  *s3gateway.Server
+	engine   *engine.Engine
+	server   *http.Server
+	listener net.Listener
 	// Generated tells which secrets were generated at this start.
 	Generated Generated
 	// URL is the OSB API base URL; S3Endpoint and IAMEndpoint the backend's.
@@ -276,11 +274,6 @@ func (b *Broker) startBackend(ctx context.Context, cfg *Config) (driver.Driver, 
 			return nil, engine.Endpoint{}, err
 		}
 		dcfg.S3Endpoint, dcfg.IAMEndpoint, dcfg.Region, dcfg.PathStyle = b.gateway.S3Endpoint(), b.gateway.IAMEndpoint(), b.gateway.Region(), true
-		// The driver's connections to the in-process server are kept
-		// alive between calls; stopping the server waits for open
-		// connections, so stop closes the idle ones first (stopGateway).
-		b.gatewayClient = loopbackClient()
-		dcfg.HTTPClient = b.gatewayClient
 	case DriverS3IAM:
 		dcfg.S3Endpoint, dcfg.IAMEndpoint = cfg.S3Endpoint, cfg.IAMEndpoint
 	default:
@@ -313,7 +306,6 @@ type Backend struct {
 	// S3Endpoint and IAMEndpoint are the backend's endpoints.
 	S3Endpoint, IAMEndpoint string
 	gateway                 *s3gateway.Server
-	gatewayClient           *http.Client
 }
 
 // StartBackend starts what cfg's storage settings name (Driver, the
@@ -330,7 +322,7 @@ func StartBackend(ctx context.Context, cfg Config) (_ *Backend, err error) {
 	if err != nil {
 		return nil, err
 	}
-	be := &Backend{Driver: drv, S3Endpoint: b.S3Endpoint, IAMEndpoint: b.IAMEndpoint, gateway: b.gateway, gatewayClient: b.gatewayClient}
+	be := &Backend{Driver: drv, S3Endpoint: b.S3Endpoint, IAMEndpoint: b.IAMEndpoint, gateway: b.gateway}
 	obsCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	_, err = drv.Observe(obsCtx, driver.ObserveRequest{})
 	cancel()
@@ -343,32 +335,10 @@ func StartBackend(ctx context.Context, cfg Config) (_ *Backend, err error) {
 
 // Stop stops the embedded server, if there is one.
 func (b *Backend) Stop(ctx context.Context) error {
-	return stopGateway(ctx, b.gateway, b.gatewayClient)
-}
-
-// loopbackClient is the driver's HTTP client for the embedded server: on
-// loopback, with enough idle connections kept for the engine's concurrent
-// calls (net/http keeps 2 per host by default, so a burst would open and
-// close a connection per call).
-func loopbackClient() *http.Client {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.Proxy = nil // loopback: never through a proxy from the environment
-	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 128, 64
-	return &http.Client{Transport: tr}
-}
-
-// stopGateway stops the embedded server gw, if there is one, after closing
-// the driver's idle connections to it: the server's shutdown waits until
-// every open connection is gone, which a kept-alive idle one never is
-// (a stop then took the server's whole 10 s shutdown timeout and failed).
-func stopGateway(ctx context.Context, gw *s3gateway.Server, c *http.Client) error {
-	if gw == nil {
+	if b.gateway == nil {
 		return nil
 	}
-	if c != nil {
-		c.CloseIdleConnections()
-	}
-	return gw.Stop(ctx)
+	return b.gateway.Stop(ctx)
 }
 
 func (b *Broker) ready(drv driver.Driver) func(context.Context) error {
@@ -406,7 +376,9 @@ func (b *Broker) close(ctx context.Context) error {
 	if b.engine != nil {
 		errs = append(errs, b.engine.Shutdown(ctx))
 	}
-	errs = append(errs, stopGateway(ctx, b.gateway, b.gatewayClient))
+	if b.gateway != nil {
+		errs = append(errs, b.gateway.Stop(ctx))
+	}
 	if b.store != nil {
 		errs = append(errs, b.store.Close())
 	}
