@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"strings"
 	"time"
@@ -82,7 +83,9 @@ func (be Backend) Keys() (map[string][]string, error) {
 }
 
 // Works writes an object with a binding's credentials into its bucket and
-// deletes it again, so that the bucket stays empty for a deprovision.
+// deletes it again, so that the bucket stays empty for a deprovision. The
+// object's name is its own, so that checks of several bindings of one
+// bucket at once do not delete each other's object.
 func (be Backend) Works(c map[string]any) error {
 	ak, _ := c["access_key_id"].(string)
 	sk, _ := c["secret_access_key"].(string)
@@ -93,10 +96,11 @@ func (be Backend) Works(c map[string]any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c3 := be.s3(ak, sk)
+	key := aws.String("harness-" + rand.Text())
 	if _, err := c3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket),
-		Key: aws.String("harness"), Body: strings.NewReader("x")}); err != nil {
+		Key: key, Body: strings.NewReader("x")}); err != nil {
 		return err
 	}
-	_, err := c3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String("harness")})
+	_, err := c3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: key})
 	return err
 }
