@@ -193,7 +193,8 @@ func TestCollidingNames(t *testing.T) {
 
 // TestUserSecretNeverOverwritten: a Secret of the claim's name that the
 // claim does not control is left as it is, the claim goes Failed, and no
-// key is made that nobody could hold.
+// key is left that nobody could hold (the one made before the Create found
+// the name taken is revoked with its user).
 func TestUserSecretNeverOverwritten(t *testing.T) {
 	apiServer(t)
 	ctx := testContext(t)
@@ -224,6 +225,41 @@ func TestUserSecretNeverOverwritten(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(mine), &after); err != nil || string(after.Data["password"]) != "hunter2" {
 		t.Errorf("the user's Secret after the claim was deleted: %v %v", err, keys(after.Data))
 	}
+}
+
+// TestUnlabelledOwnSecret: a Secret the claim controls but that lacks the
+// provisioner label (a user removed it) is invisible to the controller's
+// cache. The Create that stands in for a look finds it, and it is taken
+// back: labelled, given the key just made, and that key is the user's only
+// one. Nothing is Failed, nothing is left over.
+func TestUnlabelledOwnSecret(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	prov := newProvisioner()
+	class := storageClass(ctx, t, prov, corev1.PersistentVolumeReclaimDelete, nil)
+	obc := newClaim(ns, "app", class, nil)
+	create(ctx, t, obc)
+	isController := true
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app", OwnerReferences: []metav1.OwnerReference{{
+		APIVersion: obv1.GroupVersion.String(), Kind: obv1.ObjectBucketClaimKind, Name: obc.Name, UID: obc.UID, Controller: &isController,
+	}}}, StringData: map[string]string{KeyAccessKeyID: "AKIASTALE", KeySecretAccessKey: "stale"}}
+	create(ctx, t, sec)
+
+	startController(t, runOptions{provisioner: prov})
+	waitPhase(ctx, t, obc, obv1.PhaseBound)
+	b := readBinding(ctx, t, obc)
+	if b.secret.UID != sec.UID {
+		t.Errorf("the Secret was replaced (uid %s, was %s)", b.secret.UID, sec.UID)
+	}
+	if b.secret.Labels[LabelProvisioner] != LabelValue(prov) {
+		t.Errorf("the Secret's labels %v lack %s", b.secret.Labels, LabelProvisioner)
+	}
+	id := string(b.secret.Data[KeyAccessKeyID])
+	if k := keysOf(ctx, t, string(obc.UID)); len(k) != 1 || k[0] != id {
+		t.Errorf("backend keys %v, want only the Secret's %s", k, id)
+	}
+	checkCredentials(ctx, t, b, "")
 }
 
 // TestOldProvisionerClaim: a claim with generateBucketName and the

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -151,6 +152,7 @@ func (r *Reconciler) ensureClaimMeta(ctx context.Context, s *scope) (reconcile.R
 	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return reconcile.Result{}, fmt.Errorf("patch claim: %w", err)
 	}
+	r.written.changed(c.UID, c, base.ResourceVersion)
 	s.base = c.DeepCopy()
 	return reconcile.Result{}, r.hit(s, "claim-patched")
 }
@@ -197,6 +199,7 @@ func (r *Reconciler) ensureObjectBucket(ctx context.Context, s *scope) (reconcil
 	if err := r.client.Create(ctx, ob); err != nil {
 		return reconcile.Result{}, fmt.Errorf("create object bucket: %w", err)
 	}
+	r.written.created(c.UID, ob)
 	s.ob = ob
 	if err := r.hit(s, "objectbucket-created"); err != nil {
 		return reconcile.Result{}, err
@@ -232,6 +235,7 @@ func (r *Reconciler) recordAttempts(ctx context.Context, s *scope) (reconcile.Re
 		if err := r.client.Patch(ctx, s.ob, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 			return reconcile.Result{}, fmt.Errorf("record attempts on object bucket: %w", err)
 		}
+		r.written.changed(s.claim.UID, s.ob, base.ResourceVersion)
 	}
 	if t != nil {
 		return r.refuse(s, t)
@@ -357,25 +361,53 @@ const (
 
 // lookup reads the object named like the claim: from the label-selected
 // cache, and from the API server when the cache has none, because a user's
-// object without our label is invisible to the cache and must be found
-// before a key is made for a Secret that cannot be written.
+// object without our label is invisible to the cache.
 func (r *Reconciler) lookup(ctx context.Context, s *scope, obj client.Object) (ownership, error) {
 	key := client.ObjectKeyFromObject(s.claim)
 	err := r.client.Get(ctx, key, obj)
 	if apierrors.IsNotFound(err) {
 		err = r.reader.Get(ctx, key, obj)
 	}
+	return ownershipOf(s, obj, err)
+}
+
+// lookupCached reads the object named like the claim from the cache alone:
+// a miss is "absent", which the Create that follows confirms or refutes.
+func (r *Reconciler) lookupCached(ctx context.Context, s *scope, obj client.Object) (ownership, error) {
+	return ownershipOf(s, obj, r.client.Get(ctx, client.ObjectKeyFromObject(s.claim), obj))
+}
+
+// ownershipOf classifies obj, as read with err.
+func ownershipOf(s *scope, obj client.Object, err error) (ownership, error) {
 	switch {
 	case apierrors.IsNotFound(err):
 		return absent, nil
 	case err != nil:
-		return absent, fmt.Errorf("get %s: %w", key, err)
+		return absent, fmt.Errorf("get %s: %w", client.ObjectKeyFromObject(s.claim), err)
 	case !metav1.IsControlledBy(obj, s.claim):
 		return foreign, nil
 	case !obj.GetDeletionTimestamp().IsZero():
 		return terminating, nil
 	}
 	return ours, nil
+}
+
+// put creates obj (create) or updates it, and records the write so that a
+// pass on a cache behind it waits (writeSet).
+func (r *Reconciler) put(ctx context.Context, s *scope, obj client.Object, create bool) error {
+	if create {
+		if err := r.client.Create(ctx, obj); err != nil {
+			return err
+		}
+		r.written.created(s.claim.UID, obj)
+		return nil
+	}
+	before := obj.GetResourceVersion()
+	if err := r.client.Update(ctx, obj); err != nil {
+		return err
+	}
+	r.written.changed(s.claim.UID, obj, before)
+	return nil
 }
 
 // stamp makes obj one of the claim's: label, controller reference, finalizer.
@@ -455,17 +487,22 @@ func (r *Reconciler) gone(ctx context.Context, obj client.Object) (bool, error) 
 // the record of the key: its AWS_ACCESS_KEY_ID is the key EnsureCredential
 // keeps, and any other key of the user (one made by a pass that crashed
 // before writing the Secret) is deleted.
+//
+// While the claim is provisioned the Secret is looked for in the cache
+// alone (findSecret), and a miss is created at once: the Create is the
+// look. The cache holds every Secret of ours there is (writeSet keeps the
+// pass from running on a cache behind this process's own writes), so what
+// a Create can still find is a Secret without our label, a user's: the key
+// just made for it is revoked before the claim goes Failed.
 func (r *Reconciler) ensureSecret(ctx context.Context, s *scope) (reconcile.Result, error) {
 	sec := &corev1.Secret{}
-	own, err := r.lookup(ctx, s, sec)
+	own, err := r.findSecret(ctx, s, sec)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	switch own {
 	case foreign:
-		s.fail(ReasonSecretConflict, fmt.Sprintf("Secret %s exists and is not owned by this claim; it was left untouched", s.claim.Name))
-		r.event(s, nil, corev1.EventTypeWarning, ReasonSecretConflict, "Provision", "Secret %s exists and is not owned by this claim", s.claim.Name)
-		return reconcile.Result{RequeueAfter: foreignRetry}, nil
+		return r.secretTaken(s)
 	case terminating:
 		// Deleted by someone while the claim lives: recreate it with the
 		// same keys, which only this object still holds.
@@ -476,7 +513,7 @@ func (r *Reconciler) ensureSecret(ctx context.Context, s *scope) (reconcile.Resu
 		}
 		sec = &corev1.Secret{Type: corev1.SecretTypeOpaque, Data: keep}
 		r.stamp(s, sec)
-		if err := r.client.Create(ctx, sec); err != nil {
+		if err := r.put(ctx, s, sec, true); err != nil {
 			return reconcile.Result{}, fmt.Errorf("recreate secret: %w", err)
 		}
 		r.event(s, sec, corev1.EventTypeNormal, "Recreated", "Repair", "Secret %s was deleted and is recreated", sec.Name)
@@ -520,16 +557,77 @@ func (r *Reconciler) ensureSecret(ctx context.Context, s *scope) (reconcile.Resu
 	if own == absent {
 		sec = &corev1.Secret{Type: corev1.SecretTypeOpaque, Data: data}
 		r.stamp(s, sec)
-		err = r.client.Create(ctx, sec)
+		err = r.put(ctx, s, sec, true)
+		if apierrors.IsAlreadyExists(err) {
+			return r.secretNameTaken(ctx, s, data)
+		}
 	} else {
 		sec.Data = data
 		r.stamp(s, sec)
-		err = r.client.Update(ctx, sec)
+		err = r.put(ctx, s, sec, false)
 	}
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("write secret: %w", err)
 	}
 	return reconcile.Result{}, r.hit(s, "secret-written")
+}
+
+// findSecret reads the Secret named like the claim. A claim being
+// provisioned reads the cache alone (see ensureSecret). A bound claim, or
+// one a user's Secret blocked before, asks the API server about a miss: a
+// bound claim's key must not be replaced because the cache lost its Secret
+// (a user removed our label), and a blocked claim must not make a key,
+// revoke it and fail again on each retry.
+func (r *Reconciler) findSecret(ctx context.Context, s *scope, sec *corev1.Secret) (ownership, error) {
+	if bound(s.ob) || blockedBySecret(s.base) {
+		return r.lookup(ctx, s, sec)
+	}
+	return r.lookupCached(ctx, s, sec)
+}
+
+func blockedBySecret(c *obv1.ObjectBucketClaim) bool {
+	cond := meta.FindStatusCondition(c.Status.Conditions, ConditionProvisioned)
+	return cond != nil && cond.Reason == ReasonSecretConflict
+}
+
+// secretNameTaken handles a Create that found the Secret's name taken by
+// one the cache does not hold, with the key in data just made and in no
+// record. A user's Secret blocks the claim: the key is revoked with its
+// user (made again once the name is free). A Secret of ours the cache has
+// not seen gets the key, the user's only live one now.
+func (r *Reconciler) secretNameTaken(ctx context.Context, s *scope, data map[string][]byte) (reconcile.Result, error) {
+	sec := &corev1.Secret{}
+	own, err := r.lookup(ctx, s, sec)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	switch own {
+	case foreign:
+		bctx, cancel := backendCtx(ctx)
+		err := r.driver.RevokeCredential(bctx, s.plan.user, s.plan.owner)
+		cancel()
+		if err != nil {
+			return reconcile.Result{}, fmt.Errorf("revoke the key made for Secret %s, which is not the claim's: %w", s.claim.Name, err)
+		}
+		return r.secretTaken(s)
+	case absent, terminating:
+		// Gone or going since the Create: the next pass starts over, and
+		// its EnsureCredential deletes the key made here.
+		return reconcile.Result{RequeueAfter: goneRetry}, nil
+	}
+	sec.Data = data
+	r.stamp(s, sec)
+	if err := r.put(ctx, s, sec, false); err != nil {
+		return reconcile.Result{}, fmt.Errorf("write secret: %w", err)
+	}
+	return reconcile.Result{}, r.hit(s, "secret-written")
+}
+
+// secretTaken ends the pass with the claim Failed on a user's Secret.
+func (r *Reconciler) secretTaken(s *scope) (reconcile.Result, error) {
+	s.fail(ReasonSecretConflict, fmt.Sprintf("Secret %s exists and is not owned by this claim; it was left untouched", s.claim.Name))
+	r.event(s, nil, corev1.EventTypeWarning, ReasonSecretConflict, "Provision", "Secret %s exists and is not owned by this claim", s.claim.Name)
+	return reconcile.Result{RequeueAfter: foreignRetry}, nil
 }
 
 // configMapData is what applications read to reach the bucket.
@@ -555,7 +653,7 @@ func (r *Reconciler) ensureConfigMap(ctx context.Context, s *scope) (reconcile.R
 	if apierrors.IsNotFound(err) {
 		cm = &corev1.ConfigMap{Data: want}
 		r.stamp(s, cm)
-		err = r.client.Create(ctx, cm)
+		err = r.put(ctx, s, cm, true)
 		if err == nil {
 			return reconcile.Result{}, r.hit(s, "configmap-written")
 		}
@@ -587,11 +685,11 @@ func (r *Reconciler) ensureConfigMap(ctx context.Context, s *scope) (reconcile.R
 	if own == absent {
 		cm = &corev1.ConfigMap{Data: want}
 		r.stamp(s, cm)
-		err = r.client.Create(ctx, cm)
+		err = r.put(ctx, s, cm, true)
 	} else {
 		cm.Data = want
 		r.stamp(s, cm)
-		err = r.client.Update(ctx, cm)
+		err = r.put(ctx, s, cm, false)
 	}
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("write config map: %w", err)
@@ -620,6 +718,7 @@ func (r *Reconciler) bind(ctx context.Context, s *scope) (reconcile.Result, erro
 		if err := r.client.Status().Patch(ctx, s.ob, client.MergeFrom(base)); err != nil {
 			return reconcile.Result{}, fmt.Errorf("patch object bucket status: %w", err)
 		}
+		r.written.changed(s.claim.UID, s.ob, base.ResourceVersion)
 		if err := r.hit(s, "objectbucket-bound"); err != nil {
 			return reconcile.Result{}, err
 		}

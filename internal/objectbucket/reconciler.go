@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -137,6 +136,9 @@ type Reconciler struct {
 	// that the passes their last writes trigger, which read a cache that
 	// has not yet seen the claim go, send nothing.
 	finalized finalizedSet
+	// written holds what this process wrote while provisioning each claim,
+	// so that a pass on a cache behind it waits for the cache instead.
+	written writeSet
 
 	// afterWrite, when set (tests only), is called after each named write;
 	// an error stops the pass at once, as a crash there would.
@@ -226,40 +228,6 @@ func (r *Reconciler) claimsOfClass(ctx context.Context, o client.Object) []recon
 	return reqs
 }
 
-// finalizedSet is an expectation in the sense of Kubernetes' own
-// controllers: what this process knows it has written and its cache may not
-// show yet. A claim whose finalizer is removed is gone or going; an entry
-// only stops passes that would find nothing to do once the cache caught up.
-type finalizedSet struct {
-	mu   sync.Mutex
-	uids map[types.UID]time.Time
-}
-
-// finalizedTTL is longer than any cache lag worth waiting for.
-const finalizedTTL = time.Minute
-
-func (f *finalizedSet) done(uid types.UID) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	now := time.Now()
-	if f.uids == nil {
-		f.uids = map[types.UID]time.Time{}
-	}
-	for u, at := range f.uids {
-		if now.Sub(at) > finalizedTTL {
-			delete(f.uids, u)
-		}
-	}
-	f.uids[uid] = now
-}
-
-func (f *finalizedSet) has(uid types.UID) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	_, ok := f.uids[uid]
-	return ok
-}
-
 // scope is what one pass over one claim knows.
 type scope struct {
 	claim *obv1.ObjectBucketClaim
@@ -307,6 +275,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 	class, ours, err := r.responsible(ctx, claim)
 	if err != nil || !ours {
 		return reconcile.Result{}, err
+	}
+	if claim.DeletionTimestamp.IsZero() {
+		behind, wait, err := r.written.behind(ctx, r.client, claim)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if behind {
+			logf.FromContext(ctx).V(1).Info("Cache behind this controller's own writes, waiting for it")
+			return reconcile.Result{RequeueAfter: wait}, nil
+		}
 	}
 	s := &scope{claim: claim, base: claim.DeepCopy(), class: class}
 	defer func() {
@@ -395,11 +373,15 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope, passErr error) e
 	if equality.Semantic.DeepEqual(s.base.Status, c.Status) {
 		return nil
 	}
+	before := c.ResourceVersion
 	if err := r.client.Status().Patch(ctx, c, client.MergeFrom(s.base)); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("patch claim status: %w", err)
+	}
+	if c.DeletionTimestamp.IsZero() {
+		r.written.changed(c.UID, c, before)
 	}
 	return nil
 }
