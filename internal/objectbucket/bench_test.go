@@ -4,7 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -32,6 +34,11 @@ import (
 // so that a typo cannot fill etcd.
 var benchClaims = flag.Int("claims", 500, "BenchmarkClaimLifecycle: claims to create (1-5000)")
 
+// apiServerProfile, when set, is where benchLifecycle writes a CPU profile
+// of the API server taken while the claims are created and bound: the
+// figures below are the API server's time, and this shows where it goes.
+var apiServerProfile = flag.String("apiserver-cpuprofile", "", "BenchmarkClaimLifecycle: write a CPU profile of kube-apiserver, taken while claims bind, to this file")
+
 // benchWorkers overrides DefaultMaxConcurrentReconciles, to measure others.
 var benchWorkers = flag.Int("workers", 0, "BenchmarkClaimLifecycle: MaxConcurrentReconciles (0: the default)")
 
@@ -41,8 +48,12 @@ type requestCounter struct {
 	next  http.RoundTripper
 	mu    sync.Mutex
 	byKey map[string]int
-	total atomic.Int64
-	busy  atomic.Int64 // nanoseconds, summed over concurrent requests (watches excluded)
+	total atomic.Int64 // requests, watches excluded
+	// watches counts the watch requests the informers (re)open: long-lived
+	// streams that belong to the process, not to any claim, so not part of
+	// the requests per claim.
+	watches atomic.Int64
+	busy    atomic.Int64 // nanoseconds, summed over concurrent requests (watches excluded)
 }
 
 func (c *requestCounter) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -56,10 +67,11 @@ func (c *requestCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	c.byKey[key]++
 	c.mu.Unlock()
-	c.total.Add(1)
 	if strings.HasPrefix(key, "WATCH ") {
+		c.watches.Add(1)
 		return c.next.RoundTrip(req)
 	}
+	c.total.Add(1)
 	start := time.Now()
 	resp, err := c.next.RoundTrip(req)
 	c.busy.Add(int64(time.Since(start)))
@@ -292,6 +304,7 @@ func benchLifecycle(b *testing.B, n int, drv0 driver.Driver) {
 	rc.take() // cache start-up
 	rc.busyTake()
 
+	profiled := profileAPIServer(ctx, b, cfg)
 	start := time.Now()
 	if err := parallel(n, 16, func(i int) error {
 		return kc.Create(ctx, newClaim(ns.Name, fmt.Sprintf("bench-%04d", i), class, nil))
@@ -309,6 +322,7 @@ func benchLifecycle(b *testing.B, n int, drv0 driver.Driver) {
 		return bound == n
 	})
 	toBound := time.Since(start)
+	profiled()
 	bindBackend := drv.busyTake()
 	bindAPI := rc.busyTake()
 	// Passes that the last writes trigger are part of the lifecycle.
@@ -356,10 +370,58 @@ func benchLifecycle(b *testing.B, n int, drv0 driver.Driver) {
 		workers(), bindBackend.Round(time.Millisecond), deleteBackend.Round(time.Millisecond))
 	b.Logf("API request time summed over requests (in the transport: the client's rate limiter waits before it): %s while binding, %s while deleting",
 		bindAPI.Round(time.Millisecond), deleteAPI.Round(time.Millisecond))
-	b.Logf("create: %d requests (%.2f/claim)%s", createReqs, per(createReqs), formatCounts(createBy, n))
+	b.Logf("create: %d requests (%.2f/claim; the informers' WATCH requests listed are not counted)%s", createReqs, per(createReqs), formatCounts(createBy, n))
 	b.Logf("restart: every claim reconciled %s after the new manager started; %d requests; backend create calls: %d EnsureBucket, %d EnsureCredential%s",
 		restartTook.Round(time.Millisecond), restartReqs, drv2.buckets.Load(), drv2.credentials.Load(), formatCounts(restartBy, n))
-	b.Logf("delete: %d requests (%.2f/claim)%s", deleteReqs, per(deleteReqs), formatCounts(deleteBy, n))
+	b.Logf("delete: %d requests (%.2f/claim; WATCH not counted)%s", deleteReqs, per(deleteReqs), formatCounts(deleteBy, n))
+}
+
+// profileAPIServer starts a CPU profile of the API server (its
+// /debug/pprof, as envtest's admin) when -apiserver-cpuprofile is set; the
+// function it returns waits for the profile and writes it.
+func profileAPIServer(ctx context.Context, b *testing.B, cfg *rest.Config) func() {
+	if *apiServerProfile == "" {
+		return func() {}
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(cfg.Host, "/")+"/debug/pprof/profile?seconds=8", nil)
+		if err != nil {
+			done <- err
+			return
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			done <- fmt.Errorf("kube-apiserver profile: %s", resp.Status)
+			return
+		}
+		f, err := os.Create(*apiServerProfile)
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = io.Copy(f, resp.Body)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		done <- err
+	}()
+	return func() {
+		if err := <-done; err != nil {
+			b.Errorf("profile the API server: %v", err)
+			return
+		}
+		b.Logf("kube-apiserver CPU profile of the first 8 s: %s", *apiServerProfile)
+	}
 }
 
 func workers() int {
