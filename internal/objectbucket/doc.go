@@ -45,10 +45,19 @@
 // has a grace period); an object someone else still holds is asked about
 // with a Get on later passes.
 //
-// Reads come from the manager's cache; the API server is asked only where
-// the cache cannot know (an object it has not seen yet, a user's Secret
-// without our label). Finalizers are removed with a JSON patch that tests
-// the entry it removes, so a cached object a write behind is not a
+// Reads come from the manager's cache. A pass whose cache is behind a write
+// this process made for the claim (the claim, its ObjectBucket, Secret or
+// ConfigMap at a version written over, or not there yet) is skipped until
+// the cache catches up (writeSet: the expectations of Kubernetes' own
+// controllers), so no pass redoes a write or mistakes the claim's own
+// Secret for a missing one. The Secret and the ConfigMap of a claim being
+// provisioned are then created without a read first: the cache holds every
+// one of ours, and a Create that finds the name taken has found a user's
+// object, which is read from the API server and never written. For the
+// Secret, the key just made for it is revoked with its user before the
+// claim goes Failed, and later passes of that claim read the API server
+// before making a key again. Finalizers are removed with a JSON patch that
+// tests the entry it removes, so a cached object a write behind is not a
 // conflict. BenchmarkClaimLifecycle measures the requests and the time a
 // claim costs (docs/performance.md).
 //
