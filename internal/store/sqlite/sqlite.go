@@ -226,9 +226,17 @@ func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.R
 	if cached != nil {
 		known = cached.Version
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, err)
+	}
 	var version int64
 	var data []byte
-	err := s.get.QueryRowContext(ctx, known, kind, id).Scan(&version, &data)
+	// Without cancellation: with a context that can end, database/sql and
+	// the driver each start a goroutine per query to watch it, which cost
+	// more CPU than the query itself. A read in WAL mode does not wait for
+	// the writer; what it can wait for (a checkpoint's or recovery's lock)
+	// is bounded by busyTimeout.
+	err := s.get.QueryRowContext(context.WithoutCancel(ctx), known, kind, id).Scan(&version, &data)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, engine.ErrNotFound)
 	}
