@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/iam/types"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
@@ -107,21 +108,17 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 		return driver.Credential{}, u.ownedByOther(spec.UserName)
 	}
 
-	// The policy before any key: a key is never live with a stale scope.
-	_, err = d.iam.PutUserPolicy(ctx, &iam.PutUserPolicyInput{
-		UserName:       &spec.UserName,
-		PolicyName:     aws.String(PolicyName),
-		PolicyDocument: &policy,
-	})
-	if err != nil {
-		return driver.Credential{}, mapIAMErr(err, "put policy of user %q", spec.UserName)
+	if fresh {
+		return d.newUserCredential(ctx, spec.UserName, policy)
 	}
 
-	var keys []types.AccessKeyMetadata
-	if !fresh {
-		if keys, err = d.listKeys(ctx, spec.UserName); err != nil {
-			return driver.Credential{}, err
-		}
+	// The policy before any key: a key is never live with a stale scope.
+	if err := d.putPolicy(ctx, spec.UserName, policy); err != nil {
+		return driver.Credential{}, err
+	}
+	keys, err := d.listKeys(ctx, spec.UserName)
+	if err != nil {
+		return driver.Credential{}, err
 	}
 	kept := false
 	for _, k := range keys {
@@ -148,9 +145,51 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 		return driver.Credential{AccessKeyID: spec.KeepKeyID}, nil
 	}
 
-	out, err := d.iam.CreateAccessKey(ctx, &iam.CreateAccessKeyInput{UserName: &spec.UserName})
+	return d.createKey(ctx, spec.UserName)
+}
+
+// newUserCredential gives a user this call created its policy and a key,
+// both at once: a new user has neither a policy that could be stale nor
+// keys to look for, and the key is not given to anyone before both calls
+// have succeeded (the caller records it first). If either fails, the error
+// is returned and a key that was created is dropped unseen; the retry
+// finds the user existing and deletes every key it was not told to keep,
+// as it does for a key whose answer a crash lost.
+//
+// The two calls change one user at the same time: a server that kept a
+// user's policy and keys with an unlocked read-modify-write could lose one
+// of them. versitygw's IAM store and SeaweedFS's IAM API (one lock
+// around each action's load, change and save) serialize them.
+func (d *Driver) newUserCredential(ctx context.Context, user, policy string) (driver.Credential, error) {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return d.putPolicy(gctx, user, policy) })
+	var cred driver.Credential
+	g.Go(func() (err error) {
+		cred, err = d.createKey(gctx, user)
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		return driver.Credential{}, err
+	}
+	return cred, nil
+}
+
+func (d *Driver) putPolicy(ctx context.Context, user, policy string) error {
+	_, err := d.iam.PutUserPolicy(ctx, &iam.PutUserPolicyInput{
+		UserName:       &user,
+		PolicyName:     aws.String(PolicyName),
+		PolicyDocument: &policy,
+	})
 	if err != nil {
-		return driver.Credential{}, mapIAMErr(err, "create key for user %q", spec.UserName)
+		return mapIAMErr(err, "put policy of user %q", user)
+	}
+	return nil
+}
+
+func (d *Driver) createKey(ctx context.Context, user string) (driver.Credential, error) {
+	out, err := d.iam.CreateAccessKey(ctx, &iam.CreateAccessKeyInput{UserName: &user})
+	if err != nil {
+		return driver.Credential{}, mapIAMErr(err, "create key for user %q", user)
 	}
 	return driver.Credential{
 		AccessKeyID:     aws.ToString(out.AccessKey.AccessKeyId),
