@@ -103,6 +103,44 @@ func (a *APIServer) ControllerKubeconfig(ctx context.Context, root, user, path s
 	return os.WriteFile(path, kc, 0o600)
 }
 
+// LeaderElectionRole grants user the Role of the repository's
+// config/rbac/role.yaml that leader election needs (Leases, in the
+// controller's namespace only) in namespace, as deployed: a Controller
+// with LeaseNamespace set runs with no more than that and the ClusterRole
+// of ControllerKubeconfig.
+func (a *APIServer) LeaderElectionRole(ctx context.Context, root, user, namespace string) error {
+	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
+	if err != nil {
+		return err
+	}
+	var role rbacv1.Role
+	for doc := range bytes.SplitSeq(data, []byte("\n---")) {
+		var r rbacv1.Role
+		if err := yaml.Unmarshal(doc, &r); err != nil {
+			return fmt.Errorf("read config/rbac/role.yaml: %w", err)
+		}
+		if r.Kind == "Role" {
+			role = r
+		}
+	}
+	if role.Name == "" {
+		return fmt.Errorf("config/rbac/role.yaml holds no Role for leader election")
+	}
+	role.Namespace, role.ResourceVersion = namespace, ""
+	if err := a.Client.Create(ctx, &role); err != nil {
+		return fmt.Errorf("create role: %w", err)
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}
+	if err := a.Client.Create(ctx, binding); err != nil {
+		return fmt.Errorf("create role binding: %w", err)
+	}
+	return nil
+}
+
 // Namespace creates a namespace named from prefix. envtest runs no
 // namespace controller, so it is never really deleted: names never repeat.
 func (a *APIServer) Namespace(ctx context.Context, prefix string) (string, error) {

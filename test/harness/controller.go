@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,20 +25,32 @@ import (
 // default): every backend bucket and user it makes starts with "bb-".
 const ControllerPrefix = "bb"
 
-// Controller is one `bucketbroker controller` process on the embedded S3 +
-// IAM server. Its data dir, ports and provisioner name survive restarts.
+// Controller is one `bucketbroker controller` process, on the embedded S3 +
+// IAM server (NewController) or on the s3iam driver against an external
+// one (NewExternalController). Its data dir, ports and provisioner name
+// survive restarts.
 type Controller struct {
 	t       testing.TB
 	binary  string
 	DataDir string
+	// Name names the process in the test's log: the provisioner, unless
+	// several replicas serve it.
+	Name string
 	// Kubeconfig is the file the process reads; Provisioner the
 	// StorageClass provisioner whose claims it serves.
 	Kubeconfig, Provisioner string
-	// Backend is the embedded server, with the root keys the process is
+	// Backend is the S3 + IAM server, with the root keys the process is
 	// given; its listings count only names that start with ControllerPrefix.
 	Backend Backend
+	// LeaseNamespace, when set, runs the process with leader election, its
+	// Lease in that namespace (the controller's user needs the Role of
+	// APIServer.LeaderElectionRole there); empty runs it alone, with
+	// --leader-elect=false.
+	LeaseNamespace string
 
+	external                   bool
 	s3Addr, iamAddr, probeAddr string
+	metricsAddr                string // empty: metrics off
 	cmd                        *exec.Cmd
 	exited                     chan error
 	log                        *LockedBuffer
@@ -46,19 +59,36 @@ type Controller struct {
 // NewController returns a controller in a fresh data dir, not started. It
 // is stopped when the test ends, and its log is shown if the test failed.
 func NewController(t testing.TB, binary, kubeconfig, provisioner string) *Controller {
-	c := &Controller{t: t, binary: binary, DataDir: t.TempDir(), Kubeconfig: kubeconfig, Provisioner: provisioner,
+	c := &Controller{t: t, binary: binary, DataDir: t.TempDir(), Name: provisioner, Kubeconfig: kubeconfig, Provisioner: provisioner,
 		s3Addr: FreeAddr(t), iamAddr: FreeAddr(t), probeAddr: FreeAddr(t), log: &LockedBuffer{}}
 	c.Backend = Backend{S3: "http://" + c.s3Addr, IAM: "http://" + c.iamAddr, AccessKey: RootAK, SecretKey: RootSK, Prefix: ControllerPrefix}
 	t.Cleanup(func() {
 		c.Stop()
 		if t.Failed() {
-			t.Logf("controller %s log (tail):\n%s", provisioner, Tail(c.Log(), 6000))
+			t.Logf("controller %s log (tail):\n%s", c.Name, Tail(c.Log(), 6000))
 		}
 	})
 	return c
 }
 
-// S3Addr is the embedded S3 server's host:port (the claims' BUCKET_HOST and
+// NewExternalController returns a controller on the s3iam driver against
+// be (its S3 and IAM URLs and root keys; path-style addressing), not
+// started, with its Prometheus metrics on a loopback address of its own
+// (see Metric). It keeps nothing on disk, so several replicas can serve
+// one backend, as a Deployment does with leader election. Listings of
+// Backend count only names that start with ControllerPrefix.
+func NewExternalController(t testing.TB, binary, kubeconfig, provisioner string, be Backend) *Controller {
+	c := NewController(t, binary, kubeconfig, provisioner)
+	c.external = true
+	be.Prefix = ControllerPrefix
+	c.Backend = be
+	c.s3Addr = strings.TrimPrefix(strings.TrimPrefix(be.S3, "http://"), "https://")
+	c.iamAddr = ""
+	c.metricsAddr = FreeAddr(t)
+	return c
+}
+
+// S3Addr is the S3 server's host:port (the claims' BUCKET_HOST and
 // BUCKET_PORT).
 func (c *Controller) S3Addr() string { return c.s3Addr }
 
@@ -67,15 +97,30 @@ func (c *Controller) Log() string { return c.log.String() }
 
 // TryStart runs the controller, with crash points armed if any are given,
 // and waits until it answers /readyz: the embedded server is up by then,
-// and the manager is starting its controller.
+// and the manager is starting its controller (with leader election: it is
+// campaigning for the Lease, which it may not hold yet).
 func (c *Controller) TryStart(crashAt ...string) error {
 	fmt.Fprintf(c.log, "=== start %s (crash at %q)\n", time.Now().Format(time.StampMilli), crashAt)
+	metrics := c.metricsAddr
+	if metrics == "" {
+		metrics = "0"
+	}
 	c.cmd = exec.Command(c.binary, "controller", "--kubeconfig", c.Kubeconfig,
 		"--provisioner-name", c.Provisioner, "--name-prefix", ControllerPrefix,
-		"--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", c.probeAddr,
-		"--data-dir", c.DataDir, "--s3-listen", c.s3Addr, "--iam-listen", c.iamAddr, "--log-format", "text")
-	c.cmd.Env = append(os.Environ(), "BUCKETBROKER_S3_ROOT_ACCESS_KEY="+RootAK, "BUCKETBROKER_S3_ROOT_SECRET_KEY="+RootSK,
-		crashpoint.EnvVar+"="+strings.Join(crashAt, ","))
+		"--metrics-bind-address", metrics, "--health-probe-bind-address", c.probeAddr, "--log-format", "text")
+	if c.LeaseNamespace == "" {
+		c.cmd.Args = append(c.cmd.Args, "--leader-elect=false")
+	} else {
+		c.cmd.Args = append(c.cmd.Args, "--leader-elect=true", "--leader-election-namespace", c.LeaseNamespace)
+	}
+	if c.external {
+		c.cmd.Args = append(c.cmd.Args, "--driver", "s3iam", "--s3-endpoint", c.Backend.S3,
+			"--iam-endpoint", c.Backend.IAM, "--path-style")
+	} else {
+		c.cmd.Args = append(c.cmd.Args, "--data-dir", c.DataDir, "--s3-listen", c.s3Addr, "--iam-listen", c.iamAddr)
+	}
+	c.cmd.Env = append(os.Environ(), "BUCKETBROKER_S3_ROOT_ACCESS_KEY="+c.Backend.AccessKey,
+		"BUCKETBROKER_S3_ROOT_SECRET_KEY="+c.Backend.SecretKey, crashpoint.EnvVar+"="+strings.Join(crashAt, ","))
 	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
 	if err := c.cmd.Start(); err != nil {
 		return err
@@ -133,6 +178,55 @@ func (c *Controller) Stop() {
 		<-c.exited
 	}
 	c.cmd = nil
+}
+
+// Metric sums the samples of the Prometheus metric name whose labels
+// include every one of labels (`controller="objectbucketclaim"`), read
+// from the running process's /metrics. A metric with no sample counts as
+// 0: controller-runtime makes a controller's series when the controller
+// starts, and the leader election gauge when the process first leads.
+func (c *Controller) Metric(name string, labels ...string) (float64, error) {
+	if c.metricsAddr == "" || c.cmd == nil {
+		return 0, fmt.Errorf("metric %s: the controller is not running with metrics", name)
+	}
+	cl := http.Client{Timeout: 5 * time.Second}
+	resp, err := cl.Get("http://" + c.metricsAddr + "/metrics")
+	if err != nil {
+		return 0, fmt.Errorf("metric %s: %w", name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("metric %s: GET /metrics: %d %v", name, resp.StatusCode, err)
+	}
+	var sum float64
+	for line := range strings.Lines(string(body)) {
+		line = strings.TrimSpace(line)
+		i := strings.LastIndexByte(line, ' ') // label values may hold spaces
+		if i < 0 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		series, value := line[:i], line[i+1:]
+		metric, lbls, _ := strings.Cut(series, "{")
+		if metric != name || !containsAll(lbls, labels) {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return 0, fmt.Errorf("metric %s: sample %q: %w", name, line, err)
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+func containsAll(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
 }
 
 // ReadWrite writes an object into bucket with the given keys and reads it
