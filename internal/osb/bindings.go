@@ -63,7 +63,7 @@ func decodeBind(r *http.Request) (engine.BindRequest, error) {
 		Parameters:        params,
 		Context:           osbContext,
 		AcceptsIncomplete: async,
-		Identity:          r.Header.Get(headerOriginatingIdentity),
+		Identity:          r.Header.Get(keyOriginatingIdentity),
 	}, nil
 }
 
@@ -82,7 +82,7 @@ func decodeUnbind(r *http.Request) (engine.UnbindRequest, error) {
 		ServiceID:         serviceID,
 		PlanID:            planID,
 		AcceptsIncomplete: async,
-		Identity:          r.Header.Get(headerOriginatingIdentity),
+		Identity:          r.Header.Get(keyOriginatingIdentity),
 	}, nil
 }
 

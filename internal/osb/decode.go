@@ -121,7 +121,7 @@ func readBody(r *http.Request) ([]byte, error) {
 	if r.Body == nil {
 		return nil, nil
 	}
-	b, err := io.ReadAll(r.Body)
+	b, err := readAll(r.Body, r.ContentLength)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
@@ -133,6 +133,33 @@ func readBody(r *http.Request) ([]byte, error) {
 		return nil, badRequest("cannot read request body")
 	}
 	return b, nil
+}
+
+// maxBodyHint bounds the buffer readAll allocates up front on the word of
+// a Content-Length header.
+const maxBodyHint = 64 << 10
+
+// readAll is io.ReadAll with a first buffer of the announced length (OSB
+// bodies are a few hundred bytes; io.ReadAll starts at 512 and grows), plus
+// one byte, so that the read that sees the end needs no larger buffer.
+func readAll(body io.Reader, length int64) ([]byte, error) {
+	if length < 0 || length > maxBodyHint {
+		return io.ReadAll(body)
+	}
+	b := make([]byte, 0, length+1)
+	for {
+		n, err := body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // longer than announced: grow
+		}
+	}
 }
 
 // decodeBody reads the body into v, a pointer to one of the body structs.

@@ -83,7 +83,7 @@ func errorResponse(err error) (int, errorBody) {
 
 // fail answers err and hands it to the request's log line.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
-	noteError(r, err)
+	noteError(w, err)
 	status, body := errorResponse(err)
 	writeJSON(w, status, body)
 }
@@ -91,6 +91,11 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 // respond answers v as JSON. Encoding happens before anything is written, so
 // that a value that cannot be encoded still gets a proper 500.
 func (h *Handler) respond(w http.ResponseWriter, r *http.Request, status int, v any) {
+	if _, ok := v.(emptyBody); ok {
+		// Most answers (every replay among them): spare the encoder.
+		writeRaw(w, status, emptyJSON)
+		return
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		h.fail(w, r, fmt.Errorf("encode %d response: %w", status, err))
@@ -108,6 +113,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 	writeRaw(w, status, b)
 }
+
+// emptyJSON is emptyBody encoded. Only ever written, never changed.
+var emptyJSON = []byte("{}")
 
 func writeRaw(w http.ResponseWriter, status int, b []byte) {
 	w.Header().Set("Content-Type", "application/json")

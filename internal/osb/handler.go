@@ -74,6 +74,14 @@ const (
 	maxLoggedValue = 256
 )
 
+// The header names in the form net/http keeps header keys in: Get and Set
+// with another form convert the name, which allocates, on every call.
+var (
+	keyVersion             = http.CanonicalHeaderKey(headerVersion)
+	keyOriginatingIdentity = http.CanonicalHeaderKey(headerOriginatingIdentity)
+	keyRequestIdentity     = http.CanonicalHeaderKey(headerRequestIdentity)
+)
+
 // Route patterns. They double as the endpoint label of the metrics, which
 // keeps its cardinality bounded.
 const (
@@ -206,14 +214,13 @@ func (h *Handler) routes(gatherer prometheus.Gatherer) {
 // line and one metric sample for it, whatever the route does.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	info := &requestInfo{}
-	r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
+	rec := &statusRecorder{ResponseWriter: w}
+	info := &rec.info
 	if r.Body != nil {
 		// Wrapped with the server's own writer, so that net/http closes the
 		// connection after an oversized body instead of draining it.
 		r.Body = http.MaxBytesReader(w, r.Body, h.maxBody)
 	}
-	rec := &statusRecorder{ResponseWriter: w}
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
@@ -263,15 +270,15 @@ func cleanPath(p string) string {
 // runs its auth middleware before its version middleware too.
 func (h *Handler) osb(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if id := r.Header.Get(headerRequestIdentity); id != "" {
-			w.Header().Set(headerRequestIdentity, id)
+		if id := r.Header.Get(keyRequestIdentity); id != "" {
+			w.Header().Set(keyRequestIdentity, id)
 		}
 		if !h.authenticated(r) {
 			w.Header().Set("WWW-Authenticate", `Basic realm="bucketbroker"`)
 			h.fail(w, r, &requestError{status: http.StatusUnauthorized, description: "authentication required"})
 			return
 		}
-		if err := checkVersion(r.Header.Get(headerVersion)); err != nil {
+		if err := checkVersion(r.Header.Get(keyVersion)); err != nil {
 			h.fail(w, r, err)
 			return
 		}
@@ -324,7 +331,7 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 		if err := h.ready(ctx); err != nil {
 			// The cause goes to the log only: /readyz is unauthenticated.
-			noteError(r, fmt.Errorf("readiness check: %w", err))
+			noteError(w, fmt.Errorf("readiness check: %w", err))
 			writeJSON(w, http.StatusServiceUnavailable, statusBody{Status: "not ready"})
 			return
 		}
@@ -342,18 +349,21 @@ type requestInfo struct {
 	panicked bool
 }
 
-type requestInfoKey struct{}
-
-func noteError(r *http.Request, err error) {
-	if info, ok := r.Context().Value(requestInfoKey{}).(*requestInfo); ok {
-		info.err = err
+// noteError hands err to the request's log line. It travels with the
+// writer ServeHTTP gave the route (not in the request's context, which
+// would cost a copy of the request per request).
+func noteError(w http.ResponseWriter, err error) {
+	if rec, ok := w.(*statusRecorder); ok {
+		rec.info.err = err
 	}
 }
 
-// statusRecorder remembers the status code a route answered with.
+// statusRecorder remembers the status code a route answered with, and what
+// the route learned for the log line.
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
+	info   requestInfo
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
@@ -398,20 +408,20 @@ func (h *Handler) observe(r *http.Request, status int, d time.Duration, info *re
 	if !h.log.Enabled(ctx, level) {
 		return
 	}
-	attrs := []slog.Attr{
-		slog.String("method", method),
-		slog.String("route", route),
-		slog.Int("status", status),
-		slog.Duration("duration", d),
+	// Room for every attribute up front, so that the slice is built once.
+	attrs := make([]slog.Attr, 4, 8)
+	attrs[0] = slog.String("method", method)
+	attrs[1] = slog.String("route", route)
+	attrs[2] = slog.Int("status", status)
+	attrs[3] = slog.Duration("duration", d)
+	if v := r.PathValue("instance_id"); v != "" {
+		attrs = append(attrs, slog.String("instance_id", truncate(v)))
 	}
-	for _, kv := range [][2]string{
-		{"instance_id", r.PathValue("instance_id")},
-		{"binding_id", r.PathValue("binding_id")},
-		{"request_identity", r.Header.Get(headerRequestIdentity)},
-	} {
-		if kv[1] != "" {
-			attrs = append(attrs, slog.String(kv[0], truncate(kv[1])))
-		}
+	if v := r.PathValue("binding_id"); v != "" {
+		attrs = append(attrs, slog.String("binding_id", truncate(v)))
+	}
+	if v := r.Header.Get(keyRequestIdentity); v != "" {
+		attrs = append(attrs, slog.String("request_identity", truncate(v)))
 	}
 	if info.err != nil {
 		attrs = append(attrs, slog.String("error", info.err.Error()))

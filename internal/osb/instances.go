@@ -85,7 +85,7 @@ func decodeProvision(r *http.Request) (engine.ProvisionRequest, error) {
 		Parameters:        params,
 		Context:           osbContext,
 		AcceptsIncomplete: async,
-		Identity:          r.Header.Get(headerOriginatingIdentity),
+		Identity:          r.Header.Get(keyOriginatingIdentity),
 	}, nil
 }
 
@@ -121,7 +121,7 @@ func decodeUpdate(r *http.Request) (engine.UpdateRequest, error) {
 		Parameters:        params,
 		Context:           osbContext,
 		AcceptsIncomplete: async,
-		Identity:          r.Header.Get(headerOriginatingIdentity),
+		Identity:          r.Header.Get(keyOriginatingIdentity),
 	}, nil
 }
 
@@ -139,7 +139,7 @@ func decodeDeprovision(r *http.Request) (engine.DeprovisionRequest, error) {
 		ServiceID:         serviceID,
 		PlanID:            planID,
 		AcceptsIncomplete: async,
-		Identity:          r.Header.Get(headerOriginatingIdentity),
+		Identity:          r.Header.Get(keyOriginatingIdentity),
 	}, nil
 }
 
