@@ -430,7 +430,13 @@ func (h *Handler) observe(r *http.Request, status int, d time.Duration, info *re
 	if info.panicked {
 		msg = "Recovered from panic while serving request"
 	}
-	h.log.LogAttrs(ctx, level, msg, attrs...)
+	// The record is made here rather than by LogAttrs, which looks up the
+	// caller's program counter on every call (runtime.Callers) for
+	// handlers that report the source: none here does, and this line's
+	// source would always be this function.
+	rec := slog.NewRecord(time.Now(), level, msg, 0)
+	rec.AddAttrs(attrs...)
+	_ = h.log.Handler().Handle(ctx, rec)
 }
 
 // routeOf returns the path pattern the request matched, without its method.
