@@ -21,6 +21,15 @@
 // nowhere else), and after the deletion nothing left and no finalizer
 // stuck. TestClaimVerdictsCatchFaults shows that its checks catch each fault.
 //
+// TestLeaderElection runs two replicas of `bucketbroker controller` with
+// leader election against one API server and one versitygw pair (the s3iam
+// driver: replicas cannot share the embedded server): one holds the Lease
+// and binds claims while the other reconciles nothing; stopped with
+// SIGTERM, the leader releases the Lease and the other takes over at its
+// next retry; killed with SIGKILL while claims are provisioned, it is
+// replaced once the Lease runs out, and every claim converges to one
+// bucket, one ObjectBucket and one key, and to nothing once deleted.
+//
 // TestStorm sends 500 identical provisions and binds at once (64 in flight),
 // with and without one conflicting request among them, and checks every
 // status code against the answer table of docs/architecture.md.
