@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -104,6 +105,9 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		return err
 	}
 	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
+	// client-go logs through klog (leader election, event broadcasting):
+	// into the same handler, in the same format.
+	klog.SetSlogLogger(log)
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
