@@ -150,6 +150,7 @@ func (v *chaosVerdict) outcome() outcome {
 // claimsChaos is one run of TestClaimsUnderKill.
 type claimsChaos struct {
 	ctx     context.Context
+	stop    context.CancelFunc // ends the scripts when the controller cannot start
 	k8s     client.Client
 	ctl     *harness.Controller
 	v       *chaosVerdict
@@ -194,6 +195,8 @@ func TestClaimsUnderKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	x := newClaimsChaos(t, ctx, api, kubeconfig)
+	x.ctx, x.stop = context.WithCancel(ctx)
+	defer x.stop()
 	for i := range n {
 		c := &chaosClaim{
 			name:   fmt.Sprintf("c-%03d", i),
@@ -379,8 +382,8 @@ func (x *claimsChaos) load(rng *rand.Rand, kills int, order []*chaosClaim, scrip
 			x.mu.Unlock()
 			x.ctl.Kill()
 			if err := x.ctl.TryStart(); err != nil {
-				// The scripts see no progress and end stuck.
 				x.v.mark(broken, "start after kill -9: %v", err)
+				x.stop()
 				<-done
 				return at
 			}
@@ -449,6 +452,9 @@ func (x *claimsChaos) waitBound(c *chaosClaim) bool {
 		}
 		time.Sleep(claimsChaosPoll)
 	}
+	if x.ctx.Err() != nil {
+		return false
+	}
 	x.v.mark(stuck, "claim %s (%s, %s) not Bound within %s: %s", c.name, c.naming, c.policy(), claimsChaosWait, last)
 	return false
 }
@@ -496,6 +502,9 @@ func (x *claimsChaos) waitGone(c *chaosClaim) {
 			last = fmt.Sprintf("finalizers %v, phase %q, %s", obc.Finalizers, obc.Status.Phase, conditions(obc))
 		}
 		time.Sleep(claimsChaosPoll)
+	}
+	if x.ctx.Err() != nil {
+		return
 	}
 	x.v.mark(stuck, "claim %s (%s, %s, %s) not gone within %s: %s", c.name, c.fate, c.naming, c.policy(), claimsChaosWait, last)
 }
@@ -554,6 +563,9 @@ func (x *claimsChaos) drift(c *chaosClaim) {
 			return
 		}
 		time.Sleep(claimsChaosPoll)
+	}
+	if x.ctx.Err() != nil {
+		return
 	}
 	x.v.mark(stuck, "the deleted Secret of %s not back within %s: %s", c.name, claimsChaosWait, last)
 }
