@@ -38,6 +38,64 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (reconcile.R
 	case !found, ob.Spec.ClaimRef == nil || ob.Spec.ClaimRef.UID != c.UID:
 		ob = nil // none, or not this claim's: never touched
 	}
+	if res, err := r.undo(ctx, s, ob); err != nil || !res.IsZero() || s.stopped {
+		return res, err
+	}
+
+	if err := r.removeFinalizer(ctx, c); err != nil && !apierrors.IsNotFound(err) {
+		return r.quiet(ctx, fmt.Errorf("remove claim finalizer: %w", err))
+	}
+	r.finalized.done(c.UID)
+	s.stopped = true // the claim is gone: no status to write
+	logf.FromContext(ctx).Info("Claim deleted")
+	return reconcile.Result{}, nil
+}
+
+// reconcileOrphans undoes what was made for a claim that is gone without
+// its finalizer having been removed by us: kube-apiserver can let a delete
+// through while a patch that adds the claim's first finalizer succeeds
+// (kubernetes/kubernetes#77988), and the pass that made the patch goes on
+// to provision. Its ObjectBucket, found by the claim's namespace and name,
+// then names a claim UID that no longer exists. The API server is asked
+// before anything is undone (a claim the cache does not hold yet is not
+// gone); claims this process finalized are skipped, so the passes that
+// their last writes trigger send nothing.
+func (r *Reconciler) reconcileOrphans(ctx context.Context, key types.NamespacedName) (reconcile.Result, error) {
+	var list obv1.ObjectBucketList
+	if err := r.client.List(ctx, &list, client.MatchingFields{indexClaimRef: key.String()}); err != nil {
+		return reconcile.Result{}, fmt.Errorf("list object buckets of claim %s: %w", key, err)
+	}
+	for i := range list.Items {
+		ob := &list.Items[i]
+		ref := ob.Spec.ClaimRef
+		if ob.Labels[LabelProvisioner] != r.label || r.finalized.has(ref.UID) || ob.Name != ObjectBucketName(ref.UID) {
+			continue
+		}
+		live := &obv1.ObjectBucketClaim{}
+		err := r.reader.Get(ctx, key, live)
+		switch {
+		case err == nil && live.UID == ref.UID:
+			continue // the cache is behind: the claim lives
+		case err != nil && !apierrors.IsNotFound(err):
+			return reconcile.Result{}, fmt.Errorf("get claim %s: %w", key, err)
+		}
+		ghost := &obv1.ObjectBucketClaim{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, UID: ref.UID}}
+		s := &scope{claim: ghost, base: ghost.DeepCopy()}
+		log := logf.FromContext(ctx).WithValues("objectBucket", ob.Name, "claimUID", ref.UID)
+		log.Info("Claim gone without its deletion: undoing what was made for it")
+		if res, err := r.undo(ctx, s, ob); err != nil || !res.IsZero() || s.stopped {
+			return res, err
+		}
+		r.finalized.done(ref.UID)
+		log.Info("Claim deleted")
+	}
+	return reconcile.Result{}, nil
+}
+
+// undo cleans the backend per the ObjectBucket's record, then deletes the
+// claim's Secret and ConfigMap and the ObjectBucket, each only if ours. A
+// zero result means the API server said each is gone.
+func (r *Reconciler) undo(ctx context.Context, s *scope, ob *obv1.ObjectBucket) (reconcile.Result, error) {
 	if ob != nil && controllerutil.ContainsFinalizer(ob, Finalizer) {
 		if err := r.cleanBackend(ctx, s, planOf(ob)); err != nil {
 			if s.stopped {
@@ -50,10 +108,16 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (reconcile.R
 
 	// The Secret, the ConfigMap and the ObjectBucket, each only if ours;
 	// the claim keeps its finalizer until the API server says each is gone.
-	key := client.ObjectKeyFromObject(c)
+	key := client.ObjectKeyFromObject(s.claim)
 	objs := []client.Object{
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}},
+	}
+	// A stash of the Secret's keys exists only while a Secret is recreated;
+	// the cache is enough to find it (see dropStash).
+	st := &corev1.Secret{}
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: StashName(s.claim.UID)}, st); err == nil {
+		objs = append(objs, st)
 	}
 	if ob != nil {
 		objs = append(objs, ob)
@@ -72,13 +136,6 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (reconcile.R
 	if !allGone {
 		return reconcile.Result{RequeueAfter: goneRetry}, nil
 	}
-
-	if err := r.removeFinalizer(ctx, c); err != nil && !apierrors.IsNotFound(err) {
-		return r.quiet(ctx, fmt.Errorf("remove claim finalizer: %w", err))
-	}
-	r.finalized.done(c.UID)
-	s.stopped = true // the claim is gone: no status to write
-	logf.FromContext(ctx).Info("Claim deleted")
 	return reconcile.Result{}, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -260,6 +261,47 @@ func TestUnlabelledOwnSecret(t *testing.T) {
 		t.Errorf("backend keys %v, want only the Secret's %s", k, id)
 	}
 	checkCredentials(ctx, t, b, "")
+}
+
+// TestClaimGoneWithoutDeletion: a claim that disappears without the
+// controller removing its finalizer (kube-apiserver can let a delete
+// through while the patch adding the claim's first finalizer succeeds,
+// kubernetes/kubernetes#77988; here the finalizer is removed by hand while
+// the controller is down) leaves an ObjectBucket naming a UID that no
+// longer exists. The controller undoes everything made for it from that
+// ObjectBucket: bucket, user and keys, Secret, ConfigMap, ObjectBucket.
+func TestClaimGoneWithoutDeletion(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	prov := newProvisioner()
+	class := storageClass(ctx, t, prov, corev1.PersistentVolumeReclaimDelete, nil)
+	run := startController(t, runOptions{provisioner: prov})
+	obc := newClaim(ns, "app", class, nil)
+	create(ctx, t, obc)
+	waitPhase(ctx, t, obc, obv1.PhaseBound)
+	b := readBinding(ctx, t, obc)
+	run.stop()
+
+	got := getClaim(ctx, t, k8s, obc)
+	base := got.DeepCopy()
+	got.Finalizers = nil
+	if err := k8s.Patch(ctx, got, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	deleteObj(ctx, t, got)
+	waitGone(ctx, t, got)
+
+	startController(t, runOptions{provisioner: prov})
+	waitGone(ctx, t, b.ob)
+	waitGone(ctx, t, b.secret)
+	waitGone(ctx, t, b.cm)
+	if bucketExists(ctx, t, b.bucket) {
+		t.Errorf("bucket %s of the vanished claim is still there", b.bucket)
+	}
+	if k := keysOf(ctx, t, string(obc.UID)); len(k) != 0 {
+		t.Errorf("keys %v of the vanished claim are still there", k)
+	}
 }
 
 // TestOldProvisionerClaim: a claim with generateBucketName and the
@@ -517,6 +559,67 @@ func TestDriftRepaired(t *testing.T) {
 		return cmp.Equal(b.cm.Data, cm.Data), "config map data differ"
 	})
 	checkCredentials(ctx, t, readBinding(ctx, t, obc), "")
+}
+
+// TestDriftRepairCrash: a crash in the middle of recreating a deleted
+// Secret, once its keys are stashed and once the old object is gone, still
+// brings the Secret back with the same keys, which stay the user's only
+// ones, and leaves no stash behind.
+func TestDriftRepairCrash(t *testing.T) {
+	apiServer(t)
+	for _, point := range []string{"keys-stashed", "secret-released"} {
+		t.Run(point, func(t *testing.T) {
+			ctx := testContext(t)
+			ns := namespace(ctx, t, k8s)
+			prov := newProvisioner()
+			class := storageClass(ctx, t, prov, corev1.PersistentVolumeReclaimDelete, nil)
+			run := startController(t, runOptions{provisioner: prov})
+			obc := newClaim(ns, "drift", class, nil)
+			create(ctx, t, obc)
+			waitPhase(ctx, t, obc, obv1.PhaseBound)
+			b := readBinding(ctx, t, obc)
+			run.stop()
+
+			crashed := make(chan struct{})
+			var once sync.Once
+			var first *controllerRun
+			first = startController(t, runOptions{provisioner: prov, afterWrite: func(p string) error {
+				if p != point {
+					return nil
+				}
+				fired := false
+				once.Do(func() { fired = true; first.cancel(); close(crashed) })
+				if fired {
+					return errCrash
+				}
+				return nil
+			}})
+			deleteObj(ctx, t, b.secret)
+			select {
+			case <-crashed:
+			case <-ctx.Done():
+				t.Fatalf("crash point %s never reached", point)
+			}
+			first.stop()
+			startController(t, runOptions{provisioner: prov})
+			waitFor(ctx, t, "the Secret recreated with its keys and the stash gone", func(ctx context.Context) (bool, string) {
+				var sec, st corev1.Secret
+				if err := k8s.Get(ctx, client.ObjectKeyFromObject(obc), &sec); err != nil || sec.UID == b.secret.UID || !sec.DeletionTimestamp.IsZero() {
+					return false, fmt.Sprintf("secret: %v", err)
+				}
+				if diff := cmp.Diff(b.secret.Data, sec.Data); diff != "" {
+					return false, "secret data differ: " + diff
+				}
+				err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: StashName(obc.UID)}, &st)
+				return apierrors.IsNotFound(err), fmt.Sprintf("stash: %v", err)
+			})
+			id := string(b.secret.Data[KeyAccessKeyID])
+			if k := keysOf(ctx, t, string(obc.UID)); len(k) != 1 || k[0] != id {
+				t.Errorf("backend keys %v, want only the Secret's %s", k, id)
+			}
+			checkCredentials(ctx, t, readBinding(ctx, t, obc), "")
+		})
+	}
 }
 
 // TestManyClaimsAtOnce: 50 claims created together are all Bound, each with

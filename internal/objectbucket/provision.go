@@ -505,11 +505,22 @@ func (r *Reconciler) ensureSecret(ctx context.Context, s *scope) (reconcile.Resu
 		return r.secretTaken(s)
 	case terminating:
 		// Deleted by someone while the claim lives: recreate it with the
-		// same keys, which only this object still holds.
+		// same keys, which only this object holds. They are copied to the
+		// stash first, because the object is gone once our finalizer is:
+		// a crash before the new Secret is written finds them there.
 		keep := sec.Data
+		if err := r.stashKeys(ctx, s, keep); err != nil {
+			return reconcile.Result{}, err
+		}
+		if err := r.hit(s, "keys-stashed"); err != nil {
+			return reconcile.Result{}, err
+		}
 		gone, err := r.release(ctx, sec)
 		if err != nil || !gone {
 			return reconcile.Result{RequeueAfter: goneRetry}, err
+		}
+		if err := r.hit(s, "secret-released"); err != nil {
+			return reconcile.Result{}, err
 		}
 		sec = &corev1.Secret{Type: corev1.SecretTypeOpaque, Data: keep}
 		r.stamp(s, sec)
@@ -517,14 +528,29 @@ func (r *Reconciler) ensureSecret(ctx context.Context, s *scope) (reconcile.Resu
 			return reconcile.Result{}, fmt.Errorf("recreate secret: %w", err)
 		}
 		r.event(s, sec, corev1.EventTypeNormal, "Recreated", "Repair", "Secret %s was deleted and is recreated", sec.Name)
-		return reconcile.Result{}, r.hit(s, "secret-written")
+		if err := r.hit(s, "secret-written"); err != nil {
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{}, r.dropStash(ctx, s)
 	}
 
 	keyID := ""
+	recorded := sec.Data
 	if own == ours {
 		keyID = string(sec.Data[KeyAccessKeyID])
 		if bound(s.ob) && keyID != "" && len(sec.Data[KeySecretAccessKey]) > 0 && r.stamped(sec) {
-			return reconcile.Result{}, nil
+			return reconcile.Result{}, r.dropStash(ctx, s)
+		}
+	}
+	if own == absent && bound(s.ob) {
+		// A bound claim's Secret is gone: a repair cut short by a crash
+		// left its keys in the stash.
+		st, err := r.stash(ctx, s)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if st != nil {
+			recorded, keyID = st.Data, string(st.Data[KeyAccessKeyID])
 		}
 	}
 	p := s.plan
@@ -552,7 +578,7 @@ func (r *Reconciler) ensureSecret(ctx context.Context, s *scope) (reconcile.Resu
 	}
 	data := map[string][]byte{KeyAccessKeyID: []byte(cred.AccessKeyID), KeySecretAccessKey: []byte(cred.SecretAccessKey)}
 	if cred.SecretAccessKey == "" {
-		data = sec.Data
+		data = recorded
 	}
 	if own == absent {
 		sec = &corev1.Secret{Type: corev1.SecretTypeOpaque, Data: data}
@@ -569,7 +595,71 @@ func (r *Reconciler) ensureSecret(ctx context.Context, s *scope) (reconcile.Resu
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("write secret: %w", err)
 	}
-	return reconcile.Result{}, r.hit(s, "secret-written")
+	if err := r.hit(s, "secret-written"); err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, r.dropStash(ctx, s)
+}
+
+// StashName names the Secret, in the claim's namespace, that holds the
+// claim's keys while its Secret is recreated.
+func StashName(uid types.UID) string { return ObjectBucketName(uid) + "-keys" }
+
+// stash returns the claim's stash Secret, or nil when there is none of
+// ours: from the cache (it carries our label), else from the API server.
+func (r *Reconciler) stash(ctx context.Context, s *scope) (*corev1.Secret, error) {
+	st := &corev1.Secret{}
+	key := types.NamespacedName{Namespace: s.claim.Namespace, Name: StashName(s.claim.UID)}
+	found, err := r.getCachedFirst(ctx, key, st)
+	if err != nil || !found || !metav1.IsControlledBy(st, s.claim) || len(st.Data[KeySecretAccessKey]) == 0 {
+		return nil, err
+	}
+	return st, nil
+}
+
+// stashKeys writes data to the claim's stash Secret (labelled, controlled
+// by the claim, no finalizer: garbage collection removes it with the claim).
+func (r *Reconciler) stashKeys(ctx context.Context, s *scope, data map[string][]byte) error {
+	st, err := r.stash(ctx, s)
+	if err != nil {
+		return err
+	}
+	if st != nil && string(st.Data[KeyAccessKeyID]) == string(data[KeyAccessKeyID]) {
+		return nil
+	}
+	create := st == nil
+	if create {
+		st = &corev1.Secret{Type: corev1.SecretTypeOpaque}
+	}
+	st.Data = data
+	r.stamp(s, st)
+	st.Name = StashName(s.claim.UID)
+	controllerutil.RemoveFinalizer(st, Finalizer)
+	if err := r.put(ctx, s, st, create); err != nil {
+		return fmt.Errorf("stash the keys of Secret %s: %w", s.claim.Name, err)
+	}
+	return nil
+}
+
+// dropStash deletes the claim's stash Secret once its Secret holds the
+// keys. Only the cache is asked: a stash exists only while a Secret is
+// recreated, and this process wrote it or its cache listed it at start.
+func (r *Reconciler) dropStash(ctx context.Context, s *scope) error {
+	st := &corev1.Secret{}
+	err := r.client.Get(ctx, types.NamespacedName{Namespace: s.claim.Namespace, Name: StashName(s.claim.UID)}, st)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("get the stash of Secret %s: %w", s.claim.Name, err)
+	case !metav1.IsControlledBy(st, s.claim):
+		return nil
+	}
+	uid, rv := st.UID, st.ResourceVersion
+	if err := r.client.Delete(ctx, st, client.Preconditions{UID: &uid, ResourceVersion: &rv}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete the stash of Secret %s: %w", s.claim.Name, err)
+	}
+	return nil
 }
 
 // findSecret reads the Secret named like the claim. A claim being

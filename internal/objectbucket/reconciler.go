@@ -69,6 +69,9 @@ const (
 	backendTimeout = 2 * time.Minute
 	// indexStorageClass indexes claims by spec.storageClassName.
 	indexStorageClass = "spec.storageClassName"
+	// indexClaimRef indexes ObjectBuckets by the namespace/name of their
+	// claim.
+	indexClaimRef = "spec.claimRef"
 )
 
 // Throughput defaults, measured by BenchmarkClaimLifecycle
@@ -192,6 +195,16 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil {
 		return fmt.Errorf("index claims by storage class: %w", err)
 	}
+	err = mgr.GetFieldIndexer().IndexField(context.Background(), &obv1.ObjectBucket{}, indexClaimRef,
+		func(o client.Object) []string {
+			if ref := o.(*obv1.ObjectBucket).Spec.ClaimRef; ref != nil {
+				return []string{ref.Namespace + "/" + ref.Name}
+			}
+			return nil
+		})
+	if err != nil {
+		return fmt.Errorf("index object buckets by claim: %w", err)
+	}
 	skip := r.opts.SkipNameValidation
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("objectbucketclaim").
@@ -270,7 +283,10 @@ type plan struct {
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res reconcile.Result, err error) {
 	claim := &obv1.ObjectBucketClaim{}
 	if err := r.client.Get(ctx, req.NamespacedName, claim); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return r.reconcileOrphans(ctx, req.NamespacedName)
+		}
+		return reconcile.Result{}, err
 	}
 	class, ours, err := r.responsible(ctx, claim)
 	if err != nil || !ours {
