@@ -101,20 +101,8 @@ func TestCrashBetweenWrites(t *testing.T) {
 			gen := "crash-" + randomHex(4)
 			obc := newClaim(ns, "crash", class, func(s *obv1.ObjectBucketClaimSpec) { s.GenerateBucketName = gen })
 
-			crashed := make(chan struct{})
-			var once sync.Once
 			var first *controllerRun
-			hook := func(p string) error {
-				if p != point {
-					return nil
-				}
-				fired := false
-				once.Do(func() { fired = true; first.cancel(); close(crashed) })
-				if fired {
-					return errCrash
-				}
-				return nil
-			}
+			hook, crashed := crashHook(point, &first)
 			isDeletion := contains(deletion, point)
 			if isDeletion {
 				run := startController(t, runOptions{provisioner: prov})
@@ -128,11 +116,7 @@ func TestCrashBetweenWrites(t *testing.T) {
 			} else {
 				create(ctx, t, obc)
 			}
-			select {
-			case <-crashed:
-			case <-ctx.Done():
-				t.Fatalf("crash point %s never reached", point)
-			}
+			waitCrash(ctx, t, crashed, point)
 			first.stop()
 			startController(t, runOptions{provisioner: prov})
 
@@ -276,13 +260,7 @@ func TestClaimGoneWithoutDeletion(t *testing.T) {
 	ns := namespace(ctx, t, k8s)
 	prov := newProvisioner()
 	class := storageClass(ctx, t, prov, corev1.PersistentVolumeReclaimDelete, nil)
-	run := startController(t, runOptions{provisioner: prov})
-	obc := newClaim(ns, "app", class, nil)
-	create(ctx, t, obc)
-	waitPhase(ctx, t, obc, obv1.PhaseBound)
-	b := readBinding(ctx, t, obc)
-	run.stop()
-
+	obc, b := boundClaim(ctx, t, prov, newClaim(ns, "app", class, nil))
 	got := getClaim(ctx, t, k8s, obc)
 	base := got.DeepCopy()
 	got.Finalizers = nil
@@ -573,33 +551,12 @@ func TestDriftRepairCrash(t *testing.T) {
 			ns := namespace(ctx, t, k8s)
 			prov := newProvisioner()
 			class := storageClass(ctx, t, prov, corev1.PersistentVolumeReclaimDelete, nil)
-			run := startController(t, runOptions{provisioner: prov})
-			obc := newClaim(ns, "drift", class, nil)
-			create(ctx, t, obc)
-			waitPhase(ctx, t, obc, obv1.PhaseBound)
-			b := readBinding(ctx, t, obc)
-			run.stop()
-
-			crashed := make(chan struct{})
-			var once sync.Once
+			obc, b := boundClaim(ctx, t, prov, newClaim(ns, "drift", class, nil))
 			var first *controllerRun
-			first = startController(t, runOptions{provisioner: prov, afterWrite: func(p string) error {
-				if p != point {
-					return nil
-				}
-				fired := false
-				once.Do(func() { fired = true; first.cancel(); close(crashed) })
-				if fired {
-					return errCrash
-				}
-				return nil
-			}})
+			hook, crashed := crashHook(point, &first)
+			first = startController(t, runOptions{provisioner: prov, afterWrite: hook})
 			deleteObj(ctx, t, b.secret)
-			select {
-			case <-crashed:
-			case <-ctx.Done():
-				t.Fatalf("crash point %s never reached", point)
-			}
+			waitCrash(ctx, t, crashed, point)
 			first.stop()
 			startController(t, runOptions{provisioner: prov})
 			waitFor(ctx, t, "the Secret recreated with its keys and the stash gone", func(ctx context.Context) (bool, string) {
@@ -659,4 +616,44 @@ func readBindingBucket(c *obv1.ObjectBucketClaim) string {
 		return ""
 	}
 	return got.Annotations[AnnotationBucketName]
+}
+
+// crashHook returns an afterWrite hook that, the first time point is
+// passed, stops *run and cuts the pass there, as a crash at that point
+// would, and a channel closed when it has.
+func crashHook(point string, run **controllerRun) (func(string) error, <-chan struct{}) {
+	crashed := make(chan struct{})
+	var once sync.Once
+	return func(p string) error {
+		if p != point {
+			return nil
+		}
+		fired := false
+		once.Do(func() { fired = true; (*run).cancel(); close(crashed) })
+		if fired {
+			return errCrash
+		}
+		return nil
+	}, crashed
+}
+
+func waitCrash(ctx context.Context, t *testing.T, crashed <-chan struct{}, point string) {
+	t.Helper()
+	select {
+	case <-crashed:
+	case <-ctx.Done():
+		t.Fatalf("crash point %s never reached", point)
+	}
+}
+
+// boundClaim creates obc, lets a controller of prov bind it, stops that
+// controller and returns the claim and what it was given.
+func boundClaim(ctx context.Context, t *testing.T, prov string, obc *obv1.ObjectBucketClaim) (*obv1.ObjectBucketClaim, bindingOf) {
+	t.Helper()
+	run := startController(t, runOptions{provisioner: prov})
+	create(ctx, t, obc)
+	waitPhase(ctx, t, obc, obv1.PhaseBound)
+	b := readBinding(ctx, t, obc)
+	run.stop()
+	return obc, b
 }
