@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -37,7 +38,7 @@ var benchClaims = flag.Int("claims", 500, "BenchmarkClaimLifecycle: claims to cr
 // apiServerProfile, when set, is where benchLifecycle writes a CPU profile
 // of the API server taken while the claims are created and bound: the
 // figures below are the API server's time, and this shows where it goes.
-var apiServerProfile = flag.String("apiserver-cpuprofile", "", "BenchmarkClaimLifecycle: write a CPU profile of kube-apiserver, taken while claims bind, to this file")
+var apiServerProfile = flag.String("apiserver-cpuprofile", "", "BenchmarkClaimLifecycle: write CPU profiles of kube-apiserver, taken while claims bind and while they are deleted, to this file name with -bind and -delete before its extension")
 
 // benchWorkers overrides DefaultMaxConcurrentReconciles, to measure others.
 var benchWorkers = flag.Int("workers", 0, "BenchmarkClaimLifecycle: MaxConcurrentReconciles (0: the default)")
@@ -304,7 +305,7 @@ func benchLifecycle(b *testing.B, n int, drv0 driver.Driver) {
 	rc.take() // cache start-up
 	rc.busyTake()
 
-	profiled := profileAPIServer(ctx, b, cfg)
+	profiled := profileAPIServer(ctx, b, cfg, "bind")
 	start := time.Now()
 	if err := parallel(n, 16, func(i int) error {
 		return kc.Create(ctx, newClaim(ns.Name, fmt.Sprintf("bench-%04d", i), class, nil))
@@ -344,12 +345,14 @@ func benchLifecycle(b *testing.B, n int, drv0 driver.Driver) {
 	rc = rc2
 	rc.busyTake()
 
+	profiled = profileAPIServer(ctx, b, cfg, "delete")
 	start = time.Now()
 	if err := kc.DeleteAllOf(ctx, &obv1.ObjectBucketClaim{}, client.InNamespace(ns.Name)); err != nil {
 		b.Fatal(err)
 	}
 	waitClaims(ctx, b, claims, "gone", func(l *obv1.ObjectBucketClaimList) bool { return len(l.Items) == 0 })
 	toDeleted := time.Since(start)
+	profiled()
 	deleteBackend := drv2.busyTake()
 	deleteAPI := rc.busyTake()
 	settle(ctx, rc)
@@ -378,8 +381,9 @@ func benchLifecycle(b *testing.B, n int, drv0 driver.Driver) {
 
 // profileAPIServer starts a CPU profile of the API server (its
 // /debug/pprof, as envtest's admin) when -apiserver-cpuprofile is set; the
-// function it returns waits for the profile and writes it.
-func profileAPIServer(ctx context.Context, b *testing.B, cfg *rest.Config) func() {
+// function it returns waits for the profile and writes it to the file named
+// by the flag, with phase before its extension (bind, delete).
+func profileAPIServer(ctx context.Context, b *testing.B, cfg *rest.Config, phase string) func() {
 	if *apiServerProfile == "" {
 		return func() {}
 	}
@@ -387,6 +391,8 @@ func profileAPIServer(ctx context.Context, b *testing.B, cfg *rest.Config) func(
 	if err != nil {
 		b.Fatal(err)
 	}
+	ext := filepath.Ext(*apiServerProfile)
+	path := strings.TrimSuffix(*apiServerProfile, ext) + "-" + phase + ext
 	done := make(chan error, 1)
 	go func() {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(cfg.Host, "/")+"/debug/pprof/profile?seconds=8", nil)
@@ -404,7 +410,7 @@ func profileAPIServer(ctx context.Context, b *testing.B, cfg *rest.Config) func(
 			done <- fmt.Errorf("kube-apiserver profile: %s", resp.Status)
 			return
 		}
-		f, err := os.Create(*apiServerProfile)
+		f, err := os.Create(path)
 		if err != nil {
 			done <- err
 			return
@@ -420,7 +426,7 @@ func profileAPIServer(ctx context.Context, b *testing.B, cfg *rest.Config) func(
 			b.Errorf("profile the API server: %v", err)
 			return
 		}
-		b.Logf("kube-apiserver CPU profile of the first 8 s: %s", *apiServerProfile)
+		b.Logf("kube-apiserver CPU profile of the first 8 s (%s): %s", phase, path)
 	}
 }
 
