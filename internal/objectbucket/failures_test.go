@@ -579,6 +579,36 @@ func TestDriftRepairCrash(t *testing.T) {
 	}
 }
 
+// TestStashNameTaken: a Secret of someone else's under the name of the
+// claim's key stash is left alone, and a deleted Secret is still recreated
+// with its keys (without a copy in between, and a warning says so).
+func TestStashNameTaken(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	run := startController(t, runOptions{provisioner: newProvisioner()})
+	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
+	obc := newClaim(ns, "drift", class, nil)
+	create(ctx, t, obc)
+	waitPhase(ctx, t, obc, obv1.PhaseBound)
+	b := readBinding(ctx, t, obc)
+	theirs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: StashName(obc.UID)}, StringData: map[string]string{"k": "v"}}
+	create(ctx, t, theirs)
+	deleteObj(ctx, t, b.secret)
+	waitFor(ctx, t, "the Secret recreated with its keys", func(ctx context.Context) (bool, string) {
+		var sec corev1.Secret
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(obc), &sec); err != nil || sec.UID == b.secret.UID || !sec.DeletionTimestamp.IsZero() {
+			return false, fmt.Sprintf("secret: %v", err)
+		}
+		diff := cmp.Diff(b.secret.Data, sec.Data)
+		return diff == "", "secret data differ: " + diff
+	})
+	var after corev1.Secret
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(theirs), &after); err != nil || string(after.Data["k"]) != "v" || len(after.Data) != 1 || len(after.OwnerReferences) != 0 {
+		t.Errorf("the Secret under the stash's name was changed: %v, data keys %v, owners %v", err, keys(after.Data), after.OwnerReferences)
+	}
+}
+
 // TestManyClaimsAtOnce: 50 claims created together are all Bound, each with
 // working credentials of its own.
 func TestManyClaimsAtOnce(t *testing.T) {

@@ -635,7 +635,16 @@ func (r *Reconciler) stashKeys(ctx context.Context, s *scope, data map[string][]
 	r.stamp(s, st)
 	st.Name = StashName(s.claim.UID)
 	controllerutil.RemoveFinalizer(st, Finalizer)
-	if err := r.put(ctx, s, st, create); err != nil {
+	err = r.put(ctx, s, st, create)
+	if create && apierrors.IsAlreadyExists(err) {
+		// Someone else's Secret of that name (the stash of ours would have
+		// been found): the repair goes on without a copy, as it did before
+		// there was one, and says so.
+		r.event(s, nil, corev1.EventTypeWarning, "StashNameTaken", "Repair",
+			"Secret %s is not this claim's: Secret %s is recreated without a copy of its keys", st.Name, s.claim.Name)
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("stash the keys of Secret %s: %w", s.claim.Name, err)
 	}
 	return nil
