@@ -65,19 +65,21 @@ func (r *Reconciler) reconcileOrphans(ctx context.Context, key types.NamespacedN
 	if err := r.client.List(ctx, &list, client.MatchingFields{indexClaimRef: key.String()}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list object buckets of claim %s: %w", key, err)
 	}
+	var live *obv1.ObjectBucketClaim // the claim of that name, as the API server has it
 	for i := range list.Items {
 		ob := &list.Items[i]
 		ref := ob.Spec.ClaimRef
 		if ob.Labels[LabelProvisioner] != r.label || r.finalized.has(ref.UID) || ob.Name != ObjectBucketName(ref.UID) {
 			continue
 		}
-		live := &obv1.ObjectBucketClaim{}
-		err := r.reader.Get(ctx, key, live)
-		switch {
-		case err == nil && live.UID == ref.UID:
+		if live == nil {
+			live = &obv1.ObjectBucketClaim{}
+			if err := r.reader.Get(ctx, key, live); err != nil && !apierrors.IsNotFound(err) {
+				return reconcile.Result{}, fmt.Errorf("get claim %s: %w", key, err)
+			}
+		}
+		if live.UID == ref.UID {
 			continue // the cache is behind: the claim lives
-		case err != nil && !apierrors.IsNotFound(err):
-			return reconcile.Result{}, fmt.Errorf("get claim %s: %w", key, err)
 		}
 		ghost := &obv1.ObjectBucketClaim{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, UID: ref.UID}}
 		s := &scope{claim: ghost, base: ghost.DeepCopy()}

@@ -363,33 +363,36 @@ const (
 // cache, and from the API server when the cache has none, because a user's
 // object without our label is invisible to the cache.
 func (r *Reconciler) lookup(ctx context.Context, s *scope, obj client.Object) (ownership, error) {
-	key := client.ObjectKeyFromObject(s.claim)
-	err := r.client.Get(ctx, key, obj)
-	if apierrors.IsNotFound(err) {
-		err = r.reader.Get(ctx, key, obj)
+	found, err := r.getCachedFirst(ctx, client.ObjectKeyFromObject(s.claim), obj)
+	if err != nil || !found {
+		return absent, err
 	}
-	return ownershipOf(s, obj, err)
+	return ownershipOf(s, obj), nil
 }
 
 // lookupCached reads the object named like the claim from the cache alone:
 // a miss is "absent", which the Create that follows confirms or refutes.
 func (r *Reconciler) lookupCached(ctx context.Context, s *scope, obj client.Object) (ownership, error) {
-	return ownershipOf(s, obj, r.client.Get(ctx, client.ObjectKeyFromObject(s.claim), obj))
-}
-
-// ownershipOf classifies obj, as read with err.
-func ownershipOf(s *scope, obj client.Object, err error) (ownership, error) {
+	key := client.ObjectKeyFromObject(s.claim)
+	err := r.client.Get(ctx, key, obj)
 	switch {
 	case apierrors.IsNotFound(err):
 		return absent, nil
 	case err != nil:
-		return absent, fmt.Errorf("get %s: %w", client.ObjectKeyFromObject(s.claim), err)
-	case !metav1.IsControlledBy(obj, s.claim):
-		return foreign, nil
-	case !obj.GetDeletionTimestamp().IsZero():
-		return terminating, nil
+		return absent, fmt.Errorf("get %s: %w", key, err)
 	}
-	return ours, nil
+	return ownershipOf(s, obj), nil
+}
+
+// ownershipOf classifies obj, which exists.
+func ownershipOf(s *scope, obj client.Object) ownership {
+	switch {
+	case !metav1.IsControlledBy(obj, s.claim):
+		return foreign
+	case !obj.GetDeletionTimestamp().IsZero():
+		return terminating
+	}
+	return ours
 }
 
 // put creates obj (create) or updates it, and records the write so that a
@@ -661,14 +664,9 @@ func (r *Reconciler) dropStash(ctx context.Context, s *scope) error {
 		return nil
 	case err != nil:
 		return fmt.Errorf("get the stash of Secret %s: %w", s.claim.Name, err)
-	case !metav1.IsControlledBy(st, s.claim):
-		return nil
 	}
-	uid, rv := st.UID, st.ResourceVersion
-	if err := r.client.Delete(ctx, st, client.Preconditions{UID: &uid, ResourceVersion: &rv}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete the stash of Secret %s: %w", s.claim.Name, err)
-	}
-	return nil
+	_, err = r.deleteOwned(ctx, s, st)
+	return err
 }
 
 // findSecret reads the Secret named like the claim. A claim being
