@@ -298,9 +298,7 @@ func TestOldProvisionerClaim(t *testing.T) {
 		s.GenerateBucketName, s.BucketName, s.ObjectBucketName = gen, old, "obc-"+ns+"-legacy"
 	})
 	controllerutil.AddFinalizer(obc, Finalizer)
-	create(ctx, t, obc)
-	waitPhase(ctx, t, obc, obv1.PhaseBound)
-	b := readBinding(ctx, t, obc)
+	b := bind(ctx, t, obc)
 	if b.bucket != old {
 		t.Errorf("bucket = %q, want the old provisioner's %q", b.bucket, old)
 	}
@@ -397,9 +395,7 @@ func TestDeletionNotStuck(t *testing.T) {
 			run := startController(t, runOptions{provisioner: newProvisioner()})
 			class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
 			obc := newClaim(ns, "stuck", class, nil)
-			create(ctx, t, obc)
-			waitPhase(ctx, t, obc, obv1.PhaseBound)
-			b := readBinding(ctx, t, obc)
+			b := bind(ctx, t, obc)
 			tc.before(ctx, t, class, b)
 			deleteObj(ctx, t, obc)
 			waitGone(ctx, t, obc)
@@ -419,9 +415,7 @@ func TestDeletionWaitsUntilGone(t *testing.T) {
 	run := startController(t, runOptions{provisioner: newProvisioner()})
 	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
 	obc := newClaim(ns, "held", class, nil)
-	create(ctx, t, obc)
-	waitPhase(ctx, t, obc, obv1.PhaseBound)
-	b := readBinding(ctx, t, obc)
+	b := bind(ctx, t, obc)
 	base := b.cm.DeepCopy()
 	controllerutil.AddFinalizer(b.cm, "test/hold")
 	if err := k8s.Patch(ctx, b.cm, client.MergeFrom(base)); err != nil {
@@ -459,9 +453,7 @@ func TestBrownfield(t *testing.T) {
 	run := startController(t, runOptions{provisioner: newProvisioner()})
 	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, map[string]string{ParameterBucketName: brown})
 	obc := newClaim(ns, "brown", class, func(s *obv1.ObjectBucketClaimSpec) { s.GenerateBucketName = "" })
-	create(ctx, t, obc)
-	waitPhase(ctx, t, obc, obv1.PhaseBound)
-	b := readBinding(ctx, t, obc)
+	b := bind(ctx, t, obc)
 	if b.bucket != brown || b.ob.Spec.AdditionalState[stateBucketOwned] != "false" || b.ob.Spec.ReclaimPolicy != obv1.ReclaimRetain {
 		t.Errorf("bucket %q owned %q policy %q, want %q, false, Retain", b.bucket, b.ob.Spec.AdditionalState[stateBucketOwned], b.ob.Spec.ReclaimPolicy, brown)
 	}
@@ -491,9 +483,7 @@ func TestRetain(t *testing.T) {
 	run := startController(t, runOptions{provisioner: newProvisioner()})
 	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimRetain, nil)
 	obc := newClaim(ns, "kept", class, nil)
-	create(ctx, t, obc)
-	waitPhase(ctx, t, obc, obv1.PhaseBound)
-	b := readBinding(ctx, t, obc)
+	b := bind(ctx, t, obc)
 	if b.ob.Spec.ReclaimPolicy != obv1.ReclaimRetain {
 		t.Errorf("object bucket reclaim policy = %q, want Retain", b.ob.Spec.ReclaimPolicy)
 	}
@@ -516,9 +506,7 @@ func TestDriftRepaired(t *testing.T) {
 	run := startController(t, runOptions{provisioner: newProvisioner()})
 	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
 	obc := newClaim(ns, "drift", class, nil)
-	create(ctx, t, obc)
-	waitPhase(ctx, t, obc, obv1.PhaseBound)
-	b := readBinding(ctx, t, obc)
+	b := bind(ctx, t, obc)
 	for _, obj := range []client.Object{b.secret, b.cm} {
 		deleteObj(ctx, t, obj)
 	}
@@ -589,9 +577,7 @@ func TestStashNameTaken(t *testing.T) {
 	run := startController(t, runOptions{provisioner: newProvisioner()})
 	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
 	obc := newClaim(ns, "drift", class, nil)
-	create(ctx, t, obc)
-	waitPhase(ctx, t, obc, obv1.PhaseBound)
-	b := readBinding(ctx, t, obc)
+	b := bind(ctx, t, obc)
 	theirs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: StashName(obc.UID)}, StringData: map[string]string{"k": "v"}}
 	create(ctx, t, theirs)
 	deleteObj(ctx, t, b.secret)
@@ -681,9 +667,15 @@ func waitCrash(ctx context.Context, t *testing.T, crashed <-chan struct{}, point
 func boundClaim(ctx context.Context, t *testing.T, prov string, obc *obv1.ObjectBucketClaim) (*obv1.ObjectBucketClaim, bindingOf) {
 	t.Helper()
 	run := startController(t, runOptions{provisioner: prov})
-	create(ctx, t, obc)
-	waitPhase(ctx, t, obc, obv1.PhaseBound)
-	b := readBinding(ctx, t, obc)
+	b := bind(ctx, t, obc)
 	run.stop()
 	return obc, b
+}
+
+// bind creates obc and returns what it was given once Bound.
+func bind(ctx context.Context, t *testing.T, obc *obv1.ObjectBucketClaim) bindingOf {
+	t.Helper()
+	create(ctx, t, obc)
+	waitPhase(ctx, t, obc, obv1.PhaseBound)
+	return readBinding(ctx, t, obc)
 }
