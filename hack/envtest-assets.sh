@@ -94,7 +94,9 @@ log "kube-apiserver built after $(( $(date +%s) - start ))s"
 ) >&2
 
 "$STAGE/kube-apiserver" --version >&2
-"$STAGE/etcd" --version | head -1 >&2
+# sed reads all of it: with head, etcd could die of SIGPIPE on its second
+# line and, under pipefail, fail the whole build after it had succeeded.
+"$STAGE/etcd" --version | sed -n 1p >&2
 touch "$STAGE/.complete"
 chmod 755 "$STAGE"
 
