@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
@@ -258,19 +259,53 @@ func (d *Driver) DeleteBucket(ctx context.Context, name, owner string, purge boo
 
 // purge removes everything a bucket holds: unfinished multipart uploads,
 // every object version and delete marker where versioning was ever on,
-// and every current object.
+// and every current object. Its three first reads (the uploads, the
+// versioning status and the first page of objects) are made at once, so
+// an empty bucket is purged in one round trip; nothing is deleted from
+// the listing of current objects before the versioning status is known,
+// since in a versioned bucket such a deletion would only add a delete
+// marker.
 func (d *Driver) purge(ctx context.Context, name string) error {
-	if err := d.abortUploads(ctx, name); err != nil {
+	var (
+		versioned bool
+		first     *s3.ListObjectsV2Output
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return d.abortUploads(gctx, name) })
+	g.Go(func() (err error) {
+		versioned, err = d.versioned(gctx, name)
 		return err
-	}
-	if err := d.deleteVersions(ctx, name); err != nil {
-		return err
-	}
-	pages := s3.NewListObjectsV2Paginator(d.s3, &s3.ListObjectsV2Input{Bucket: &name})
-	for pages.HasMorePages() {
-		page, err := pages.NextPage(ctx)
+	})
+	g.Go(func() (err error) {
+		first, err = d.s3.ListObjectsV2(gctx, &s3.ListObjectsV2Input{Bucket: &name})
 		if err != nil {
 			return mapBucketErr(err, "purge bucket %q: list objects", name)
+		}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if versioned {
+		if err := d.deleteVersions(ctx, name); err != nil {
+			return err
+		}
+		first = nil // what the first page listed is gone: list again
+	}
+	return d.deleteCurrent(ctx, name, first)
+}
+
+// deleteCurrent deletes every current object of a bucket, starting with
+// the page first when the caller listed it already.
+func (d *Driver) deleteCurrent(ctx context.Context, name string, first *s3.ListObjectsV2Output) error {
+	in := &s3.ListObjectsV2Input{Bucket: &name}
+	page := first
+	for {
+		if page == nil {
+			var err error
+			if page, err = d.s3.ListObjectsV2(ctx, in); err != nil {
+				return mapBucketErr(err, "purge bucket %q: list objects", name)
+			}
 		}
 		ids := make([]types.ObjectIdentifier, 0, len(page.Contents))
 		for _, o := range page.Contents {
@@ -279,8 +314,12 @@ func (d *Driver) purge(ctx context.Context, name string) error {
 		if err := d.deleteObjects(ctx, name, ids); err != nil {
 			return err
 		}
+		if !aws.ToBool(page.IsTruncated) || aws.ToString(page.NextContinuationToken) == "" {
+			return nil
+		}
+		in.ContinuationToken = page.NextContinuationToken
+		page = nil
 	}
-	return nil
 }
 
 func (d *Driver) abortUploads(ctx context.Context, name string) error {
@@ -303,20 +342,22 @@ func (d *Driver) abortUploads(ctx context.Context, name string) error {
 	return nil
 }
 
-// deleteVersions deletes all versions and delete markers of a bucket that
-// has, or had, versioning on. A server without versioning support is fine:
-// its buckets have current objects only.
-func (d *Driver) deleteVersions(ctx context.Context, name string) error {
+// versioned reports whether versioning is, or was, on for a bucket. A
+// server without versioning support has current objects only.
+func (d *Driver) versioned(ctx context.Context, name string) (bool, error) {
 	v, err := d.s3.GetBucketVersioning(ctx, &s3.GetBucketVersioningInput{Bucket: &name})
 	if hasCode(err, codesNotSupported...) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return mapBucketErr(err, "purge bucket %q: get versioning", name)
+		return false, mapBucketErr(err, "purge bucket %q: get versioning", name)
 	}
-	if v.Status == "" { // never enabled: no versions beside current objects
-		return nil
-	}
+	return v.Status != "", nil // never enabled: no versions beside current objects
+}
+
+// deleteVersions deletes all versions and delete markers of a bucket that
+// has, or had, versioning on.
+func (d *Driver) deleteVersions(ctx context.Context, name string) error {
 	pages := s3.NewListObjectVersionsPaginator(d.s3, &s3.ListObjectVersionsInput{Bucket: &name})
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)

@@ -274,6 +274,14 @@ func (d *Driver) deleteKey(ctx context.Context, user, id string) error {
 }
 
 // RevokeCredential implements driver.Driver.
+//
+// The common path is five calls in four round trips: the owner look, then
+// our inline policy's deletion beside the listing of the keys, then each
+// key's deletion, then the user's. The policy goes first (or with the
+// listing): from then on every key of the user is refused by the bucket
+// even if a later step fails and is retried. The writes to the user are
+// never made at once, so a server that changes a user's record with an
+// unlocked read-modify-write cannot lose a deletion.
 func (d *Driver) RevokeCredential(ctx context.Context, userName, owner string) error {
 	if err := requireNames("user name", userName, "owner", owner); err != nil {
 		return err
@@ -282,39 +290,81 @@ func (d *Driver) RevokeCredential(ctx context.Context, userName, owner string) e
 		return err
 	}
 
-	// Keys first: from here on the credential is dead even if a later
-	// step fails and is retried.
-	keys, err := d.listKeys(ctx, userName)
-	if err != nil {
+	var keys []types.AccessKeyMetadata
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return d.deletePolicy(gctx, userName, PolicyName) })
+	g.Go(func() (err error) {
+		keys, err = d.listKeys(gctx, userName)
+		return err
+	})
+	if err := g.Wait(); err != nil {
 		return err
 	}
+	if err := d.deleteKeys(ctx, userName, keys); err != nil {
+		return err
+	}
+
+	err := d.deleteUser(ctx, userName)
+	if !hasCode(err, "DeleteConflict") {
+		return err
+	}
+	// Something we never make is attached: an inline policy of another
+	// name, or a key made since the listing. Delete those and try once
+	// more; a group, a managed policy or a login profile still refuses the
+	// deletion, and is left for an operator.
+	if err := d.deleteOtherPolicies(ctx, userName); err != nil {
+		return err
+	}
+	if keys, err = d.listKeys(ctx, userName); err != nil {
+		return err
+	}
+	if err := d.deleteKeys(ctx, userName, keys); err != nil {
+		return err
+	}
+	return d.deleteUser(ctx, userName)
+}
+
+func (d *Driver) deleteKeys(ctx context.Context, user string, keys []types.AccessKeyMetadata) error {
 	for _, k := range keys {
-		if err := d.deleteKey(ctx, userName, aws.ToString(k.AccessKeyId)); err != nil {
+		if err := d.deleteKey(ctx, user, aws.ToString(k.AccessKeyId)); err != nil {
 			return err
 		}
 	}
+	return nil
+}
 
+func (d *Driver) deletePolicy(ctx context.Context, user, policy string) error {
+	_, err := d.iam.DeleteUserPolicy(ctx, &iam.DeleteUserPolicyInput{UserName: &user, PolicyName: &policy})
+	if err != nil && !hasCode(err, codesNoEntity...) {
+		return mapIAMErr(err, "delete policy %q of user %q", policy, user)
+	}
+	return nil
+}
+
+func (d *Driver) deleteOtherPolicies(ctx context.Context, user string) error {
 	var policies []string
-	pages := iam.NewListUserPoliciesPaginator(d.iam, &iam.ListUserPoliciesInput{UserName: &userName})
+	pages := iam.NewListUserPoliciesPaginator(d.iam, &iam.ListUserPoliciesInput{UserName: &user})
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx)
 		if err != nil {
-			return mapIAMErr(err, "list policies of user %q", userName)
+			return mapIAMErr(err, "list policies of user %q", user)
 		}
 		policies = append(policies, page.PolicyNames...)
 	}
 	for _, p := range policies {
-		_, err := d.iam.DeleteUserPolicy(ctx, &iam.DeleteUserPolicyInput{UserName: &userName, PolicyName: &p})
-		if err != nil && !hasCode(err, codesNoEntity...) {
-			return mapIAMErr(err, "delete policy %q of user %q", p, userName)
+		if err := d.deletePolicy(ctx, user, p); err != nil {
+			return err
 		}
 	}
+	return nil
+}
 
-	_, err = d.iam.DeleteUser(ctx, &iam.DeleteUserInput{UserName: &userName})
+// deleteUser deletes the user; a user already gone is success. The error
+// keeps the server's code, so that the caller can tell DeleteConflict.
+func (d *Driver) deleteUser(ctx context.Context, user string) error {
+	_, err := d.iam.DeleteUser(ctx, &iam.DeleteUserInput{UserName: &user})
 	if err != nil && !hasCode(err, codesNoEntity...) {
-		// DeleteConflict: someone attached what we never create (a group,
-		// a managed policy, a login profile). Left for an operator.
-		return mapIAMErr(err, "delete user %q", userName)
+		return mapIAMErr(err, "delete user %q", user)
 	}
 	return nil
 }
