@@ -195,6 +195,36 @@ type harnessOpts struct {
 	// postgres puts the state in a fresh schema of the PostgreSQL server
 	// named by BUCKETBROKER_TEST_POSTGRES_DSN instead of a SQLite file.
 	postgres bool
+	// backendLatency is waited before each request to the S3 and IAM
+	// endpoints, by the driver and by the harness's own clients alike: a
+	// backend as far away as a cloud region's, on loopback.
+	backendLatency time.Duration
+}
+
+// delayed waits before each request it sends on.
+type delayed struct {
+	wait time.Duration
+	next http.RoundTripper
+}
+
+func (d delayed) RoundTrip(r *http.Request) (*http.Response, error) {
+	t := time.NewTimer(d.wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+	return d.next.RoundTrip(r)
+}
+
+// backendHTTP is the HTTP client for the S3 and IAM endpoints: the SDK's
+// default when there is no latency to add.
+func backendHTTP(latency time.Duration) *http.Client {
+	if latency <= 0 {
+		return nil
+	}
+	return &http.Client{Transport: delayed{wait: latency, next: http.DefaultTransport.(*http.Transport).Clone()}}
 }
 
 func newHarness(t testing.TB, opts ...harnessOpts) *harness {
@@ -219,7 +249,7 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 		t.Fatal(err)
 	}
 	real, err := s3iam.New(s3iam.Config{S3Endpoint: gw.S3Endpoint(), IAMEndpoint: gw.IAMEndpoint(), Region: gw.Region(),
-		PathStyle: true, AccessKeyID: rootAK, SecretAccessKey: rootSK})
+		PathStyle: true, AccessKeyID: rootAK, SecretAccessKey: rootSK, HTTPClient: backendHTTP(o.backendLatency)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +287,7 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 	}
 	srv := httptest.NewServer(h)
 	hs := &harness{t: t, url: srv.URL, prefix: prefix, store: store, eng: eng, drv: drv, srv: srv, statePath: statePath, key: key,
-		s3: s3Client(rootAK, rootSK), iam: iamClient()}
+		s3: s3Client(rootAK, rootSK, o.backendLatency), iam: iamClient(o.backendLatency)}
 	t.Cleanup(func() {
 		srv.Close()
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -268,14 +298,24 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 	return hs
 }
 
-func s3Client(ak, sk string) *s3.Client {
-	return s3.New(s3.Options{Region: gw.Region(), BaseEndpoint: aws.String(gw.S3Endpoint()), UsePathStyle: true,
-		Credentials: credentials.NewStaticCredentialsProvider(ak, sk, "")})
+// s3Client and iamClient reach the embedded server, after latency (see
+// harnessOpts.backendLatency; tests pass none).
+func s3Client(ak, sk string, latency time.Duration) *s3.Client {
+	o := s3.Options{Region: gw.Region(), BaseEndpoint: aws.String(gw.S3Endpoint()), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(ak, sk, "")}
+	if c := backendHTTP(latency); c != nil {
+		o.HTTPClient = c
+	}
+	return s3.New(o)
 }
 
-func iamClient() *iam.Client {
-	return iam.New(iam.Options{Region: gw.Region(), BaseEndpoint: aws.String(gw.IAMEndpoint()),
-		Credentials: credentials.NewStaticCredentialsProvider(rootAK, rootSK, "")})
+func iamClient(latency time.Duration) *iam.Client {
+	o := iam.Options{Region: gw.Region(), BaseEndpoint: aws.String(gw.IAMEndpoint()),
+		Credentials: credentials.NewStaticCredentialsProvider(rootAK, rootSK, "")}
+	if c := backendHTTP(latency); c != nil {
+		o.HTTPClient = c
+	}
+	return iam.New(o)
 }
 
 // testClient bounds every request, so that a hang is a failure that names
@@ -438,7 +478,7 @@ func (h *harness) users() map[string][]string {
 // bucket.
 func canWrite(ak, sk, bucket string) error {
 	ctx := context.Background()
-	c := s3Client(ak, sk)
+	c := s3Client(ak, sk, 0)
 	if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("probe"), Body: strings.NewReader("x")}); err != nil {
 		return err
 	}
