@@ -498,7 +498,7 @@ func (s *suite) testRevokeTwice(t *testing.T) {
 // versitygw answer DeleteConflict) must lead it to the rest.
 func (s *suite) testRevokeWithExtras(t *testing.T) {
 	if s.rootIAM == nil {
-		t.Skip("no IAM endpoint for the root keys: cannot add to the user behind the driver's back")
+		t.Skip("drivertest: Config.IAMEndpoint is empty: cannot add to the user behind the driver's back")
 	}
 	ctx := testContext(t)
 	n := s.newNames(t)
