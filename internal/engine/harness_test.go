@@ -201,32 +201,6 @@ type harnessOpts struct {
 	backendLatency time.Duration
 }
 
-// delayed waits before each request it sends on.
-type delayed struct {
-	wait time.Duration
-	next http.RoundTripper
-}
-
-func (d delayed) RoundTrip(r *http.Request) (*http.Response, error) {
-	t := time.NewTimer(d.wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-r.Context().Done():
-		return nil, r.Context().Err()
-	}
-	return d.next.RoundTrip(r)
-}
-
-// backendHTTP is the HTTP client for the S3 and IAM endpoints: the SDK's
-// default when there is no latency to add.
-func backendHTTP(latency time.Duration) *http.Client {
-	if latency <= 0 {
-		return nil
-	}
-	return &http.Client{Transport: delayed{wait: latency, next: http.DefaultTransport.(*http.Transport).Clone()}}
-}
-
 func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 	t.Helper()
 	var o harnessOpts
@@ -249,7 +223,7 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 		t.Fatal(err)
 	}
 	real, err := s3iam.New(s3iam.Config{S3Endpoint: gw.S3Endpoint(), IAMEndpoint: gw.IAMEndpoint(), Region: gw.Region(),
-		PathStyle: true, AccessKeyID: rootAK, SecretAccessKey: rootSK, HTTPClient: backendHTTP(o.backendLatency)})
+		PathStyle: true, AccessKeyID: rootAK, SecretAccessKey: rootSK, HTTPClient: testharness.DelayedHTTPClient(o.backendLatency)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +277,7 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 func s3Client(ak, sk string, latency time.Duration) *s3.Client {
 	o := s3.Options{Region: gw.Region(), BaseEndpoint: aws.String(gw.S3Endpoint()), UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider(ak, sk, "")}
-	if c := backendHTTP(latency); c != nil {
+	if c := testharness.DelayedHTTPClient(latency); c != nil {
 		o.HTTPClient = c
 	}
 	return s3.New(o)
@@ -312,7 +286,7 @@ func s3Client(ak, sk string, latency time.Duration) *s3.Client {
 func iamClient(latency time.Duration) *iam.Client {
 	o := iam.Options{Region: gw.Region(), BaseEndpoint: aws.String(gw.IAMEndpoint()),
 		Credentials: credentials.NewStaticCredentialsProvider(rootAK, rootSK, "")}
-	if c := backendHTTP(latency); c != nil {
+	if c := testharness.DelayedHTTPClient(latency); c != nil {
 		o.HTTPClient = c
 	}
 	return iam.New(o)

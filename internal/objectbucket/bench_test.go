@@ -28,7 +28,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
+	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
+	"github.com/bucketbroker/bucketbroker/test/harness"
 )
 
 // benchClaims is how many claims BenchmarkClaimLifecycle creates; bounded
@@ -41,6 +43,9 @@ var benchClaims = flag.Int("claims", 500, "BenchmarkClaimLifecycle: claims to cr
 var apiServerProfile = flag.String("apiserver-cpuprofile", "", "BenchmarkClaimLifecycle: write CPU profiles of kube-apiserver, taken while claims bind and while they are deleted, to this file name with -bind and -delete before its extension")
 
 // benchWorkers overrides DefaultMaxConcurrentReconciles, to measure others.
+// benchLatency puts the embedded server a network round trip away.
+var benchLatency = flag.Duration("backend-latency", 0, "BenchmarkClaimLifecycle: wait this long before each request to the embedded S3 and IAM server, as for a backend in a cloud region (0: loopback as it is)")
+
 var benchWorkers = flag.Int("workers", 0, "BenchmarkClaimLifecycle: MaxConcurrentReconciles (0: the default)")
 
 // requestCounter is a counting http.RoundTripper: the API requests the
@@ -243,8 +248,20 @@ func BenchmarkClaimLifecycle(b *testing.B) {
 	if n < 1 || n > 5000 {
 		b.Fatalf("-claims %d: want 1 to 5000", n)
 	}
+	drv := backend.drv
+	if *benchLatency > 0 {
+		var err error
+		drv, err = s3iam.New(s3iam.Config{
+			S3Endpoint: backend.s3URL, IAMEndpoint: backend.iamURL, Region: backend.region, PathStyle: true,
+			AccessKeyID: backend.rootAK, SecretAccessKey: backend.rootSK,
+			HTTPClient: harness.DelayedHTTPClient(*benchLatency),
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
 	for range b.N {
-		benchLifecycle(b, n, backend.drv)
+		benchLifecycle(b, n, drv)
 	}
 }
 
