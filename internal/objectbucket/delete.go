@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -144,11 +143,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope, ob *obv1.ObjectBucket) 
 
 // cleanBackend revokes the claim's credential and deletes its bucket when
 // the recorded policy says so and the bucket is the claim's. A missing user
-// or bucket is success; one that is not ours is left alone. The two run at
-// once: neither needs the other done first (a key still live while the
-// purge runs can only write objects that make DeleteBucket answer
-// BucketNotEmpty, and the retry purges them), and a claim's deletion then
-// waits for the slower of the two instead of both in turn.
+// or bucket is success; one that is not ours is left alone.
 //
 // The driver deletes only what carries the claim's mark. A bucket or user
 // left unmarked by a crash between creating and marking it, and not
@@ -157,71 +152,52 @@ func (r *Reconciler) undo(ctx context.Context, s *scope, ob *obv1.ObjectBucket) 
 // call with AdoptUnmarked), then deleted. Without the attempt it is someone
 // else's and is left alone.
 func (r *Reconciler) cleanBackend(ctx context.Context, s *scope, p plan) error {
-	var (
-		wg                   sync.WaitGroup
-		userErr, bucketErr   error
-		userStop, bucketStop bool
-	)
-	wg.Go(func() { userStop, userErr = r.revokeUser(ctx, s, p) })
-	wg.Go(func() { bucketStop, bucketErr = r.deleteBucket(ctx, s, p) })
-	wg.Wait()
-	s.stopped = s.stopped || userStop || bucketStop
-	return errors.Join(userErr, bucketErr)
-}
-
-// revokeUser is cleanBackend's half for the credential; stopped reports
-// that the crash tests' hook stopped the pass.
-func (r *Reconciler) revokeUser(ctx context.Context, s *scope, p plan) (stopped bool, err error) {
-	if p.user == "" || p.owner == "" {
-		return false, nil
-	}
-	bctx, cancel := backendCtx(ctx)
-	defer cancel()
-	err = r.driver.RevokeCredential(bctx, p.user, p.owner)
-	if errors.Is(err, driver.ErrOwnedByOther) && p.userAttempted {
-		// Adopting makes a key nobody sees; the revoke deletes it with
-		// the user, and a crash in between leaves a marked user that
-		// the next pass revokes.
-		_, err = r.driver.EnsureCredential(bctx, driver.CredentialSpec{
-			UserName: p.user, Owner: p.owner, Bucket: p.bucket, Access: driver.AccessReadWrite, AdoptUnmarked: true,
-		})
-		if err == nil {
-			err = r.driver.RevokeCredential(bctx, p.user, p.owner)
+	if p.user != "" && p.owner != "" {
+		bctx, cancel := backendCtx(ctx)
+		err := r.driver.RevokeCredential(bctx, p.user, p.owner)
+		if errors.Is(err, driver.ErrOwnedByOther) && p.userAttempted {
+			// Adopting makes a key nobody sees; the revoke deletes it with
+			// the user, and a crash in between leaves a marked user that
+			// the next pass revokes.
+			_, err = r.driver.EnsureCredential(bctx, driver.CredentialSpec{
+				UserName: p.user, Owner: p.owner, Bucket: p.bucket, Access: driver.AccessReadWrite, AdoptUnmarked: true,
+			})
+			if err == nil {
+				err = r.driver.RevokeCredential(bctx, p.user, p.owner)
+			}
+		}
+		cancel()
+		switch {
+		case errors.Is(err, driver.ErrOwnedByOther):
+			r.event(s, nil, corev1.EventTypeWarning, "UserNotOurs", "Delete", "Backend user %s is not this claim's; left in place", p.user)
+		case err != nil:
+			return fmt.Errorf("revoke credential: %w", err)
+		}
+		if err := r.hit(s, "credential-revoked"); err != nil {
+			return err
 		}
 	}
-	switch {
-	case errors.Is(err, driver.ErrOwnedByOther):
-		r.event(s, nil, corev1.EventTypeWarning, "UserNotOurs", "Delete", "Backend user %s is not this claim's; left in place", p.user)
-	case err != nil:
-		return false, fmt.Errorf("revoke credential: %w", err)
-	}
-	return r.hitPoint("credential-revoked")
-}
-
-// deleteBucket is cleanBackend's half for the bucket; stopped reports that
-// the crash tests' hook stopped the pass.
-func (r *Reconciler) deleteBucket(ctx context.Context, s *scope, p plan) (stopped bool, err error) {
 	if !p.owned || p.reclaim == obv1.ReclaimRetain || p.bucket == "" {
-		return false, nil
+		return nil
 	}
 	bctx, cancel := backendCtx(ctx)
-	defer cancel()
-	err = r.driver.DeleteBucket(bctx, p.bucket, p.owner, true)
+	err := r.driver.DeleteBucket(bctx, p.bucket, p.owner, true)
 	if errors.Is(err, driver.ErrOwnedByOther) && p.bucketAttempted {
 		err = r.driver.EnsureBucket(bctx, driver.BucketSpec{Name: p.bucket, Owner: p.owner, AdoptUnmarked: true})
 		if err == nil {
 			err = r.driver.DeleteBucket(bctx, p.bucket, p.owner, true)
 		}
 	}
+	cancel()
 	switch {
 	case errors.Is(err, driver.ErrOwnedByOther):
 		// A bucket that existed before the claim (a failed provision of
 		// a taken name): never deleted.
 		r.event(s, nil, corev1.EventTypeWarning, "BucketNotOurs", "Delete", "Bucket %s is not this claim's; left in place", p.bucket)
 	case err != nil:
-		return false, fmt.Errorf("delete bucket %q: %w", p.bucket, err)
+		return fmt.Errorf("delete bucket %q: %w", p.bucket, err)
 	}
-	return r.hitPoint("bucket-deleted")
+	return r.hit(s, "bucket-deleted")
 }
 
 // getCachedFirst reads key from the cache and, when the cache has no such

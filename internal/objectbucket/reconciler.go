@@ -346,24 +346,15 @@ func (r *Reconciler) quiet(ctx context.Context, err error) (reconcile.Result, er
 // hit marks a named write done, for the crash tests: the in-process ones
 // (afterWrite) and the process-level ones (crashpoint "claim/<point>").
 func (r *Reconciler) hit(s *scope, point string) error {
-	stopped, err := r.hitPoint(point)
-	if stopped {
-		s.stopped = true
-	}
-	return err
-}
-
-// hitPoint is hit for a part of a pass that runs beside another and so
-// does not write the scope: stopped reports that the hook stopped the pass.
-func (r *Reconciler) hitPoint(point string) (stopped bool, err error) {
 	crashpoint.Hit("claim/" + point)
 	if r.afterWrite == nil {
-		return false, nil
+		return nil
 	}
 	if err := r.afterWrite(point); err != nil {
-		return true, err
+		s.stopped = true
+		return err
 	}
-	return false, nil
+	return nil
 }
 
 // patchStatus writes phase and conditions once per pass, only if they
