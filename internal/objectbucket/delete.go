@@ -145,6 +145,13 @@ func (r *Reconciler) undo(ctx context.Context, s *scope, ob *obv1.ObjectBucket) 
 // the recorded policy says so and the bucket is the claim's. A missing user
 // or bucket is success; one that is not ours is left alone.
 //
+// The credential goes first, and a failed revocation holds the bucket back:
+// a deleted bucket frees its name, and a claim that names the same bucket
+// (spec.bucketName) could be given it while the old key's policy, which
+// names the bucket, still works (TestFailedRevokeKeepsBucket). Running the
+// two at once was tried and measured no faster on the embedded server, whose
+// lifecycle is CPU-bound (docs/performance.md).
+//
 // The driver deletes only what carries the claim's mark. A bucket or user
 // left unmarked by a crash between creating and marking it, and not
 // adopted by a provisioning pass before the claim was deleted, is still the

@@ -35,10 +35,11 @@
 // look and the flags before its next backend change.
 //
 // Deletion works from the ObjectBucket alone, so a missing StorageClass
-// never blocks it: revoke the credential and, at the same time, delete the
-// bucket if it is the claim's and the recorded policy is Delete (a missing
-// bucket is success; a bucket with another owner mark, such as one that
-// existed before a failed provision, is left alone), then delete the Secret, the ConfigMap and the
+// never blocks it: revoke the credential, then (only once that succeeded: a
+// deleted bucket frees its name) delete the bucket if it is the claim's and
+// the recorded policy is Delete (a missing bucket is success; a bucket with
+// another owner mark, such as one that existed before a failed provision,
+// is left alone), then delete the Secret, the ConfigMap and the
 // ObjectBucket, and drop the claim's finalizer only once the API server says
 // each is gone: a delete preconditioned on the resourceVersion of an object
 // with no finalizer left removes it in that request (none of these kinds

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -678,4 +679,49 @@ func bind(ctx context.Context, t *testing.T, obc *obv1.ObjectBucketClaim) bindin
 	create(ctx, t, obc)
 	waitPhase(ctx, t, obc, obv1.PhaseBound)
 	return readBinding(ctx, t, obc)
+}
+
+// TestFailedRevokeKeepsBucket: while a deleted claim's credential cannot be
+// revoked, its bucket stays. Deleting the bucket frees its name, and a claim
+// naming the same bucket (spec.bucketName) could be given it while the old
+// key, whose policy names the bucket, still works. Once the revocation
+// succeeds, the deletion finishes.
+func TestFailedRevokeKeepsBucket(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	prov := newProvisioner()
+	class := storageClass(ctx, t, prov, corev1.PersistentVolumeReclaimDelete, nil)
+	var failing atomic.Bool
+	var attempts atomic.Int64
+	failing.Store(true)
+	drv := &hookDriver{Driver: backend.drv, revokeCredential: func(ctx context.Context, user, owner string) error {
+		attempts.Add(1)
+		if failing.Load() {
+			return errors.New("IAM endpoint unreachable (test)")
+		}
+		return backend.drv.RevokeCredential(ctx, user, owner)
+	}}
+	startController(t, runOptions{provisioner: prov, drv: drv})
+	obc := newClaim(ns, "revoke-fails", class, func(s *obv1.ObjectBucketClaimSpec) { s.BucketName = "bbt-revoke-" + randomHex(4) })
+	b := bind(ctx, t, obc)
+
+	deleteObj(ctx, t, obc)
+	waitFor(ctx, t, "three failed revocations", func(context.Context) (bool, string) {
+		n := attempts.Load()
+		return n >= 3, fmt.Sprintf("%d revocations tried", n)
+	})
+	if !bucketExists(ctx, t, b.bucket) {
+		t.Fatalf("bucket %s was deleted while the claim's key could not be revoked", b.bucket)
+	}
+	checkCredentials(ctx, t, b, "") // the key lives on, and so must its bucket
+
+	failing.Store(false)
+	waitGone(ctx, t, obc)
+	if bucketExists(ctx, t, b.bucket) {
+		t.Errorf("bucket %s left after the deletion finished", b.bucket)
+	}
+	if k := keysOf(ctx, t, string(b.claim.UID)); len(k) != 0 {
+		t.Errorf("keys %v left after the deletion finished", k)
+	}
 }

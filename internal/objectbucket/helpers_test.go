@@ -157,6 +157,7 @@ type hookDriver struct {
 	driver.Driver
 	ensureBucket      func(context.Context, driver.BucketSpec) error
 	ensureCredential  func(context.Context, driver.CredentialSpec) (driver.Credential, error)
+	revokeCredential  func(ctx context.Context, user, owner string) error
 	ensureBucketCalls atomic.Int64
 	ensureCredCalls   atomic.Int64
 	observeCalls      atomic.Int64
@@ -176,6 +177,13 @@ func (d *hookDriver) EnsureCredential(ctx context.Context, spec driver.Credentia
 		return d.ensureCredential(ctx, spec)
 	}
 	return d.Driver.EnsureCredential(ctx, spec)
+}
+
+func (d *hookDriver) RevokeCredential(ctx context.Context, user, owner string) error {
+	if d.revokeCredential != nil {
+		return d.revokeCredential(ctx, user, owner)
+	}
+	return d.Driver.RevokeCredential(ctx, user, owner)
 }
 
 func (d *hookDriver) Observe(ctx context.Context, req driver.ObserveRequest) (driver.Observation, error) {

@@ -278,7 +278,7 @@ func (d *Driver) deleteKey(ctx context.Context, user, id string) error {
 // The common path is five calls in four round trips: the owner look, then
 // our inline policy's deletion beside the listing of the keys, then each
 // key's deletion, then the user's. The policy goes first (or with the
-// listing): from then on every key of the user is refused by the bucket
+// listing): from then on no grant of ours remains for any key of the user,
 // even if a later step fails and is retried. The writes to the user are
 // never made at once, so a server that changes a user's record with an
 // unlocked read-modify-write cannot lose a deletion.
