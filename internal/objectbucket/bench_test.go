@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,7 +29,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
-	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 	"github.com/bucketbroker/bucketbroker/test/harness"
 )
@@ -42,10 +42,10 @@ var benchClaims = flag.Int("claims", 500, "BenchmarkClaimLifecycle: claims to cr
 // figures below are the API server's time, and this shows where it goes.
 var apiServerProfile = flag.String("apiserver-cpuprofile", "", "BenchmarkClaimLifecycle: write CPU profiles of kube-apiserver, taken while claims bind and while they are deleted, to this file name with -bind and -delete before its extension")
 
-// benchWorkers overrides DefaultMaxConcurrentReconciles, to measure others.
 // benchLatency puts the embedded server a network round trip away.
 var benchLatency = flag.Duration("backend-latency", 0, "BenchmarkClaimLifecycle: wait this long before each request to the embedded S3 and IAM server, as for a backend in a cloud region (0: loopback as it is)")
 
+// benchWorkers overrides DefaultMaxConcurrentReconciles, to measure others.
 var benchWorkers = flag.Int("workers", 0, "BenchmarkClaimLifecycle: MaxConcurrentReconciles (0: the default)")
 
 // requestCounter is a counting http.RoundTripper: the API requests the
@@ -251,12 +251,7 @@ func BenchmarkClaimLifecycle(b *testing.B) {
 	drv := backend.drv
 	if *benchLatency > 0 {
 		var err error
-		drv, err = s3iam.New(s3iam.Config{
-			S3Endpoint: backend.s3URL, IAMEndpoint: backend.iamURL, Region: backend.region, PathStyle: true,
-			AccessKeyID: backend.rootAK, SecretAccessKey: backend.rootSK,
-			HTTPClient: harness.DelayedHTTPClient(*benchLatency),
-		})
-		if err != nil {
+		if drv, err = backendDriver(harness.DelayedHTTPClient(*benchLatency)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -550,9 +545,9 @@ func treeCPU() time.Duration {
 	}
 	procs := map[int]proc{}
 	for _, e := range entries {
-		var pid int
-		if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
-			continue
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue // not a process
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
 		if err != nil {
@@ -568,15 +563,10 @@ func treeCPU() time.Duration {
 		if len(f) < 13 {
 			continue
 		}
-		var ppid int
-		var utime, stime int64
-		if _, err := fmt.Sscan(f[1], &ppid); err != nil {
-			continue
-		}
-		if _, err := fmt.Sscan(f[11], &utime); err != nil {
-			continue
-		}
-		if _, err := fmt.Sscan(f[12], &stime); err != nil {
+		ppid, err1 := strconv.Atoi(f[1])
+		utime, err2 := strconv.ParseInt(f[11], 10, 64)
+		stime, err3 := strconv.ParseInt(f[12], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
 			continue
 		}
 		procs[pid] = proc{ppid: ppid, cpu: utime + stime}

@@ -71,10 +71,7 @@ func startBackend() (func(), error) {
 		return nil, err
 	}
 	backend.s3URL, backend.iamURL, backend.region = gw.S3Endpoint(), gw.IAMEndpoint(), gw.Region()
-	backend.drv, err = s3iam.New(s3iam.Config{
-		S3Endpoint: gw.S3Endpoint(), IAMEndpoint: gw.IAMEndpoint(), Region: gw.Region(), PathStyle: true,
-		AccessKeyID: backend.rootAK, SecretAccessKey: backend.rootSK,
-	})
+	backend.drv, err = backendDriver(nil)
 	stop := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -86,6 +83,15 @@ func startBackend() (func(), error) {
 		return nil, err
 	}
 	return stop, nil
+}
+
+// backendDriver is an s3iam driver of the embedded server with its root
+// keys, over hc (nil: the SDK's default HTTP client).
+func backendDriver(hc *http.Client) (*s3iam.Driver, error) {
+	return s3iam.New(s3iam.Config{
+		S3Endpoint: backend.s3URL, IAMEndpoint: backend.iamURL, Region: backend.region, PathStyle: true,
+		AccessKeyID: backend.rootAK, SecretAccessKey: backend.rootSK, HTTPClient: hc,
+	})
 }
 
 // s3As is an S3 client of the embedded server with the given keys.

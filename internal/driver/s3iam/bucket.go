@@ -277,11 +277,8 @@ func (d *Driver) purge(ctx context.Context, name string) error {
 		return err
 	})
 	g.Go(func() (err error) {
-		first, err = d.s3.ListObjectsV2(gctx, &s3.ListObjectsV2Input{Bucket: &name})
-		if err != nil {
-			return mapBucketErr(err, "purge bucket %q: list objects", name)
-		}
-		return nil
+		first, err = d.listObjects(gctx, &s3.ListObjectsV2Input{Bucket: &name})
+		return err
 	})
 	if err := g.Wait(); err != nil {
 		return err
@@ -303,8 +300,8 @@ func (d *Driver) deleteCurrent(ctx context.Context, name string, first *s3.ListO
 	for {
 		if page == nil {
 			var err error
-			if page, err = d.s3.ListObjectsV2(ctx, in); err != nil {
-				return mapBucketErr(err, "purge bucket %q: list objects", name)
+			if page, err = d.listObjects(ctx, in); err != nil {
+				return err
 			}
 		}
 		ids := make([]types.ObjectIdentifier, 0, len(page.Contents))
@@ -320,6 +317,14 @@ func (d *Driver) deleteCurrent(ctx context.Context, name string, first *s3.ListO
 		in.ContinuationToken = page.NextContinuationToken
 		page = nil
 	}
+}
+
+func (d *Driver) listObjects(ctx context.Context, in *s3.ListObjectsV2Input) (*s3.ListObjectsV2Output, error) {
+	out, err := d.s3.ListObjectsV2(ctx, in)
+	if err != nil {
+		return nil, mapBucketErr(err, "purge bucket %q: list objects", aws.ToString(in.Bucket))
+	}
+	return out, nil
 }
 
 func (d *Driver) abortUploads(ctx context.Context, name string) error {
