@@ -3,6 +3,7 @@ package s3gateway
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,11 +12,32 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// bucketACLXattr is the extended attribute in which versitygw's posix
-// backend keeps a bucket's ACL (meta.XattrMeta's "user." prefix and the
-// backend's "acl" key). A bucket directory has it from the moment
-// CreateBucket succeeds.
-const bucketACLXattr = "user.acl"
+const (
+	// bucketACLXattr is the extended attribute in which versitygw's posix
+	// backend keeps a bucket's ACL (meta.XattrMeta's "user." prefix and
+	// the backend's "acl" key). A bucket directory has it from the moment
+	// CreateBucket succeeds.
+	bucketACLXattr = "user.acl"
+	// objectETagXattr marks a directory that is an object of its own, put
+	// with a key ending in "/" (the backend's "etag" key). Directories
+	// without it only hold the objects whose keys pass through them.
+	objectETagXattr = "user.etag"
+	// tmpDir is versitygw's folder for uploads in progress at the top of
+	// each bucket (posix.MetaTmpDir); DeleteBucket ignores it.
+	tmpDir = ".sgwtmp"
+)
+
+// repair undoes, before the server starts, what a process killed inside
+// versitygw can leave in the data directory and what versitygw does not
+// repair itself: the bucket of a killed CreateBucket
+// (removeHalfCreatedBuckets) and the directories of a killed object
+// deletion (removeEmptyDirs).
+func repair(objectsDir, versionsDir string, log *slog.Logger) error {
+	if err := removeHalfCreatedBuckets(objectsDir, log); err != nil {
+		return err
+	}
+	return removeEmptyDirs(objectsDir, versionsDir, log)
+}
 
 // removeHalfCreatedBuckets removes the bucket directories under objectsDir
 // that have no ACL and are empty. versitygw's CreateBucket makes the
@@ -52,4 +74,107 @@ func removeHalfCreatedBuckets(objectsDir string, log *slog.Logger) error {
 		log.Info("Removed a bucket directory a killed CreateBucket left without an ACL", "bucket", e.Name())
 	}
 	return nil
+}
+
+// removeEmptyDirs removes, in every bucket, the empty directories that no
+// object needs, and returns how many it removed. versitygw keeps a key
+// with "/" in it as nested directories (a/b/c is the file c in a/b) and,
+// when it deletes an object, removes the file and then each parent
+// directory left empty. A process killed in between leaves empty
+// directories that no listing shows and that DeleteBucket counts as
+// content: the bucket answers BucketNotEmpty to every deletion, and a
+// purge, which deletes what it lists, can never empty it. The same holds
+// in the versions folder, where each version sits in directories named
+// after the hash of its key. While the server is down nothing else
+// writes, so every empty directory found now is such a leftover, except
+// a directory object (a key ending in "/", which carries an ETag) and
+// versitygw's own tmpDir. A directory that is removed may leave its
+// parent empty: the walk goes depth first and removes the parent too.
+// The walk reads every directory of every bucket: its cost grows with
+// the number of objects, not only with the leftovers.
+func removeEmptyDirs(objectsDir, versionsDir string, log *slog.Logger) error {
+	buckets, err := os.ReadDir(objectsDir)
+	if err != nil {
+		return err
+	}
+	for _, b := range buckets {
+		if !b.IsDir() || strings.HasPrefix(b.Name(), ".") {
+			continue
+		}
+		removed, err := pruneBucket(filepath.Join(objectsDir, b.Name()), true)
+		if err != nil {
+			return fmt.Errorf("bucket %s: %w", b.Name(), err)
+		}
+		versions := filepath.Join(versionsDir, b.Name())
+		n, err := pruneBucket(versions, false)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("versions of bucket %s: %w", b.Name(), err)
+		}
+		if removed += n; removed > 0 {
+			log.Info("Removed empty directories a killed object deletion left in a bucket", "bucket", b.Name(), "directories", removed)
+		}
+	}
+	return nil
+}
+
+// pruneBucket removes the empty directories below root, the bucket's own
+// folder or its versions folder, except root itself and its tmpDir. In
+// the objects folder (objects true) a directory that is an object stays.
+func pruneBucket(root string, objects bool) (int, error) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return 0, err
+	}
+	removed := 0
+	for _, e := range entries {
+		if !e.IsDir() || e.Name() == tmpDir {
+			continue
+		}
+		n, _, err := prune(filepath.Join(root, e.Name()), objects)
+		removed += n
+		if err != nil {
+			return removed, err
+		}
+	}
+	return removed, nil
+}
+
+// prune removes the empty directories in dir, and dir itself when that
+// leaves it empty and it is not an object; it returns how many it removed
+// and whether dir is gone.
+func prune(dir string, objects bool) (int, bool, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, false, err
+	}
+	removed, left := 0, len(entries)
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		n, gone, err := prune(filepath.Join(dir, e.Name()), objects)
+		removed += n
+		if err != nil {
+			return removed, false, err
+		}
+		if gone {
+			left--
+		}
+	}
+	if left > 0 {
+		return removed, false, nil
+	}
+	if objects {
+		_, err := unix.Getxattr(dir, objectETagXattr, nil)
+		if err == nil {
+			return removed, false, nil // a directory object
+		}
+		if !errors.Is(err, unix.ENODATA) {
+			return removed, false, fmt.Errorf("read the ETag of %s: %w", dir, err)
+		}
+	}
+	if err := os.Remove(dir); err != nil {
+		return removed, false, err
+	}
+	return removed + 1, true, nil
 }

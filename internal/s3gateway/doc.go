@@ -28,6 +28,15 @@
 // us-east-1 (the signing region of IAM in the aws partition). The root keys
 // are the only account that may create buckets and users.
 //
+// A process killed inside versitygw can leave files that versitygw never
+// repairs and that break later requests: the directory of a CreateBucket
+// killed before it stored the bucket's ACL, and the empty directories of
+// a DeleteObject killed between removing the object and removing the
+// directories its key ("a/b/c") passed through, which no listing shows
+// and which DeleteBucket counts as content. Start repairs both before it
+// serves (buckets.go), while nothing else writes; this walks every
+// directory of every bucket once.
+//
 // Limits that come from versitygw and shape how this package is used:
 //
 //   - One gateway and one IAM API per process: both keep package-level state.

@@ -157,7 +157,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	if err := removeHalfCreatedBuckets(objectsDir, log); err != nil {
+	if err := repair(objectsDir, versionsDir, log); err != nil {
 		_ = lock.Close()
 		running.Store(false)
 		return nil, fmt.Errorf("start embedded S3 server: %w", err)

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 )
 
@@ -387,5 +390,100 @@ func TestStartRemovesHalfCreatedBuckets(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(objects, full, "obj")); err != nil {
 		t.Errorf("a directory without an ACL that holds a file was touched: %v", err)
+	}
+}
+
+// TestStartRemovesEmptyDirsOfKilledDeletes: versitygw deletes an object's
+// file and then the parent directories it leaves empty; a kill -9 in
+// between left directories that no listing shows, that a purge therefore
+// never deletes, and that made DeleteBucket answer BucketNotEmpty for
+// ever, in a plain bucket and in the versions folder of a versioned one.
+// The next start removes them; objects, directory objects ("dir/") and
+// their data stay.
+func TestStartRemovesEmptyDirsOfKilledDeletes(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	ctx := context.Background()
+	plain, versioned := "plain-"+randomKey(t), "versioned-"+randomKey(t)
+	objects, versions := filepath.Join(dir, "objects"), filepath.Join(dir, "versions")
+
+	first := start(t, cfg)
+	root := s3Client(first, cfg.RootAccessKey, cfg.RootSecretKey)
+	for _, b := range []string{plain, versioned} {
+		if _, err := root.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &b}); err != nil {
+			t.Fatalf("CreateBucket: %v", err)
+		}
+	}
+	if _, err := root.PutBucketVersioning(ctx, &s3.PutBucketVersioningInput{Bucket: &versioned,
+		VersioningConfiguration: &types.VersioningConfiguration{Status: types.BucketVersioningStatusEnabled}}); err != nil {
+		t.Fatalf("PutBucketVersioning: %v", err)
+	}
+	put := func(bucket, key, body string) {
+		t.Helper()
+		if _, err := root.PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: &key, Body: strings.NewReader(body)}); err != nil {
+			t.Fatalf("PutObject %s/%s: %v", bucket, key, err)
+		}
+	}
+	for _, key := range []string{"a/b/c.txt", "a/keep.txt", "dir/", "x/y/z.txt"} {
+		put(plain, key, "")
+	}
+	put(versioned, "v/w.txt", "one")
+	put(versioned, "v/w.txt", "two") // the first goes to the versions folder
+	stop(t, first)
+
+	// What a kill inside DeleteObject leaves: the file is gone, the
+	// directories its key passed through are not.
+	remove := func(path string) {
+		t.Helper()
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	remove(filepath.Join(objects, plain, "x", "y", "z.txt"))
+	if err := os.MkdirAll(filepath.Join(objects, plain, "e", "f", "g"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	remove(filepath.Join(objects, versioned, "v", "w.txt"))
+	var versionFiles int
+	err := filepath.WalkDir(filepath.Join(versions, versioned), func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && !strings.Contains(path, tmpDir) {
+			versionFiles++
+			return os.Remove(path)
+		}
+		return err
+	})
+	if err != nil || versionFiles == 0 {
+		t.Fatalf("remove the versions of %s: %d files, %v", versioned, versionFiles, err)
+	}
+
+	second := start(t, cfg)
+	root = s3Client(second, cfg.RootAccessKey, cfg.RootSecretKey)
+	out, err := root.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &plain})
+	if err != nil {
+		t.Fatalf("ListObjectsV2: %v", err)
+	}
+	var listed []string
+	for _, o := range out.Contents {
+		listed = append(listed, aws.ToString(o.Key))
+	}
+	if want := []string{"a/b/c.txt", "a/keep.txt", "dir/"}; !slices.Equal(listed, want) {
+		t.Errorf("objects after the repair = %q, want %q", listed, want)
+	}
+	for _, key := range listed {
+		if _, err := root.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &plain, Key: &key}); err != nil {
+			t.Errorf("DeleteObject %s: %v", key, err)
+		}
+	}
+	vs, err := root.ListObjectVersions(ctx, &s3.ListObjectVersionsInput{Bucket: &versioned})
+	if err != nil {
+		t.Fatalf("ListObjectVersions: %v", err)
+	}
+	if n := len(vs.Versions) + len(vs.DeleteMarkers); n != 0 {
+		t.Errorf("%s lists %d versions after its files were removed, want 0", versioned, n)
+	}
+	for _, b := range []string{plain, versioned} {
+		if _, err := root.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: &b}); err != nil {
+			t.Errorf("DeleteBucket %s with nothing listed in it: %v", b, err)
+		}
 	}
 }
