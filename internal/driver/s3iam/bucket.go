@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -249,12 +250,80 @@ func (d *Driver) DeleteBucket(ctx context.Context, name, owner string, purge boo
 	case err == nil, hasCode(err, codesNoBucket...):
 		return nil
 	case hasCode(err, "BucketNotEmpty") && purge:
-		// Objects written while we purged: a retry purges them too.
-		return fmt.Errorf("delete bucket %q: objects were written during the purge: %w", name, err)
+		held, listed := d.contents(ctx, name)
+		if !listed {
+			// A retry cannot help until the server repairs what it
+			// keeps; the embedded one does at its next start.
+			return fmt.Errorf("delete bucket %q: the server reports it not empty after the purge but %s: %w", name, held, err)
+		}
+		// Written while we purged: a retry purges them too.
+		return fmt.Errorf("delete bucket %q: objects were written during the purge (%s): %w", name, held, err)
 	case hasCode(err, "BucketNotEmpty"):
-		return fmt.Errorf("delete bucket %q: %w", name, driver.ErrBucketNotEmpty)
+		held, _ := d.contents(ctx, name)
+		return fmt.Errorf("delete bucket %q (%s): %w", name, held, driver.ErrBucketNotEmpty)
 	}
 	return mapBucketErr(err, "delete bucket %q", name)
+}
+
+// contentsShown is how many keys of each kind contents names.
+const contentsShown = 3
+
+// contents describes, for an error, what a bucket that DeleteBucket found
+// not empty holds: the first keys of its objects, of its versions and
+// delete markers when it lists no current object, and of its unfinished
+// uploads. listed is false when it lists none of these: then what keeps
+// the bucket from being deleted is something only the server sees.
+func (d *Driver) contents(ctx context.Context, name string) (held string, listed bool) {
+	var parts []string
+	objs, err := d.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &name, MaxKeys: aws.Int32(contentsShown)})
+	if err != nil {
+		return fmt.Sprintf("its objects could not be listed: %v", err), true
+	}
+	var keys []string
+	for _, o := range objs.Contents {
+		keys = append(keys, aws.ToString(o.Key))
+	}
+	if len(keys) > 0 {
+		parts = append(parts, "objects "+quoteKeys(keys, aws.ToBool(objs.IsTruncated)))
+	} else {
+		vs, err := d.s3.ListObjectVersions(ctx, &s3.ListObjectVersionsInput{Bucket: &name, MaxKeys: aws.Int32(contentsShown)})
+		if err == nil {
+			for _, v := range vs.Versions {
+				keys = append(keys, aws.ToString(v.Key))
+			}
+			for _, m := range vs.DeleteMarkers {
+				keys = append(keys, aws.ToString(m.Key))
+			}
+			if len(keys) > 0 {
+				parts = append(parts, "versions of "+quoteKeys(keys, aws.ToBool(vs.IsTruncated)))
+			}
+		}
+	}
+	ups, err := d.s3.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: &name, MaxUploads: aws.Int32(contentsShown)})
+	if err == nil && len(ups.Uploads) > 0 {
+		keys = keys[:0]
+		for _, u := range ups.Uploads {
+			keys = append(keys, aws.ToString(u.Key))
+		}
+		parts = append(parts, "unfinished uploads of "+quoteKeys(keys, aws.ToBool(ups.IsTruncated)))
+	}
+	if len(parts) == 0 {
+		return "it lists no object, version or upload", false
+	}
+	return "it holds " + strings.Join(parts, "; "), true
+}
+
+// quoteKeys lists keys quoted, and says when there are more.
+func quoteKeys(keys []string, more bool) string {
+	q := make([]string, len(keys))
+	for i, k := range keys {
+		q[i] = strconv.Quote(k)
+	}
+	s := strings.Join(q, ", ")
+	if more {
+		s += " and more"
+	}
+	return s
 }
 
 // purge removes everything a bucket holds: unfinished multipart uploads,

@@ -21,6 +21,7 @@ import (
 // process.
 var (
 	server     *s3gateway.Server
+	dataDir    string // the server's
 	rootAccess string
 	rootSecret string
 )
@@ -36,6 +37,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	dataDir = dir
 	rootAccess, rootSecret = "root"+randomHex(8), randomHex(20)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
