@@ -43,17 +43,26 @@
 //
 // Connections: one pgxpool pool per Store, 10 connections unless the DSN
 // sets pool_max_conns; a call waits for the server's fsync far longer than
-// it uses a CPU. Every call honours its context. A connection attempt
-// gives up after connect_timeout, 5s unless the DSN sets it, even when the
-// caller's context has no deadline. When the server is down or unreachable
-// a call fails with a connection error, never with engine.ErrNotFound,
-// ErrExists or ErrStale, and never with a context error while the caller's
-// context is live (pgx reports its own connect timeout as
-// context.DeadlineExceeded; the store rewrites it): the engine turns such
-// errors into OSB 503 and the platform retries. A connection that died
-// (server restart, failover, terminated session) fails at most one call
-// before the pool replaces it; connections idle for more than a second are
-// pinged before use, so after a quiet period none fails.
+// it uses a CPU. Every call honours its context, and every call has a
+// deadline of the store's own: 3s (callTimeout), or for List 3s without a
+// row, whatever the caller's context says. Only a deadline ends a call on a
+// server that stopped answering without closing its connections (a frozen
+// process, a network partition: no RST, no FIN), since the kernel keeps a
+// pooled connection open; pgx then closes that connection. A connection
+// attempt gives up after connect_timeout, 5s unless the DSN sets it, even
+// without a deadline. Connections idle for more than a second are pinged
+// before use, with pool_ping_timeout, 1s unless the DSN sets it: one that
+// does not answer is closed and the call tries another, or a new one,
+// within its 3s. When the server is down, unreachable or frozen a call fails
+// with a connection error or "postgres server did not answer in time",
+// never with engine.ErrNotFound, ErrExists or ErrStale, and never with a
+// context error while the caller's context is live (the store rewrites its
+// own timeouts and pgx's connect timeout, which match
+// context.DeadlineExceeded): the engine turns such errors into OSB 503
+// within about 3s, and the platform retries. A connection that died (server
+// restart, failover, terminated session) fails at most one call before the
+// pool replaces it; the pings mean that after a quiet period none fails.
+// TestFrozenServer proves this on a real server stopped with SIGSTOP.
 //
 // A write whose call failed on a lost connection may nevertheless have
 // committed. The engine copes, as it does with any retry: a repeated Insert

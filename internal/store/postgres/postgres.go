@@ -26,6 +26,23 @@ const defaultConnectTimeout = 5 * time.Second
 // defaultMaxConns is the pool size when the DSN sets no pool_max_conns.
 const defaultMaxConns = 10
 
+// callTimeout bounds each call of a Store, whatever its caller's context
+// says: a server that stops answering without closing its connections (a
+// frozen process, a network partition: no RST, no FIN) keeps a pooled
+// connection open, and only a deadline ends a call waiting on it. The
+// engine turns the failed call into OSB 503, so that a request is answered
+// within about this long while the database does not answer. A healthy
+// call is a single statement that waits for one WAL flush; a List may take
+// longer, and is given this long without a row rather than in all.
+const callTimeout = 3 * time.Second
+
+// defaultPingTimeout bounds the ping of a connection taken from the pool
+// after it has been idle (more than a second, pgxpool's rule) when the DSN
+// sets no pool_ping_timeout: a connection that does not answer it in time
+// is closed, and the call tries another or a new one within what is left
+// of callTimeout.
+const defaultPingTimeout = time.Second
+
 var _ engine.Store = (*Store)(nil)
 
 // Store is an engine.Store kept in a PostgreSQL database. It is safe for
@@ -69,6 +86,9 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	}
 	if _, set := cc.RuntimeParams["synchronous_commit"]; !set {
 		cfg.AfterConnect = requireDurableCommit
+	}
+	if cfg.PingTimeout <= 0 {
+		cfg.PingTimeout = defaultPingTimeout
 	}
 	if !strings.Contains(dsn, "pool_max_conns") {
 		// pgxpool's default, one connection per CPU and at least 4, fits
@@ -142,7 +162,9 @@ func (s *Store) Insert(ctx context.Context, r *engine.Record) error {
 	// One statement: the primary key decides which of two concurrent
 	// inserts wins, in this process or another; the loser waits for the
 	// winner's transaction to end and then inserts nothing.
-	tag, err := s.pool.Exec(ctx, insertSQL,
+	call, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	tag, err := s.pool.Exec(call, insertSQL,
 		string(c.Kind), c.ID, c.InstanceID, string(c.Phase), string(c.Op.State), c.Version,
 		c.CreatedAt, c.UpdatedAt, string(data))
 	if err != nil {
@@ -159,7 +181,9 @@ func (s *Store) Insert(ctx context.Context, r *engine.Record) error {
 func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.Record, error) {
 	var version int64
 	var data []byte
-	err := s.pool.QueryRow(ctx, getSQL, string(kind), id).Scan(&version, &data)
+	call, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	err := s.pool.QueryRow(call, getSQL, string(kind), id).Scan(&version, &data)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, engine.ErrNotFound)
 	}
@@ -190,7 +214,9 @@ func (s *Store) Update(ctx context.Context, r *engine.Record) error {
 	// row makes this one wait for it and then re-check the WHERE clause
 	// against the row it wrote (READ COMMITTED), so two writers from the
 	// same read never both succeed.
-	tag, err := s.pool.Exec(ctx, updateSQL,
+	call, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	tag, err := s.pool.Exec(call, updateSQL,
 		c.InstanceID, string(c.Phase), string(c.Op.State), c.Version,
 		c.CreatedAt, c.UpdatedAt, string(data),
 		string(c.Kind), c.ID, r.Version)
@@ -201,7 +227,7 @@ func (s *Store) Update(ctx context.Context, r *engine.Record) error {
 		// Only now find out why: records are never deleted, so a row that
 		// exists here existed at the UPDATE and had another version.
 		var one int
-		err := s.pool.QueryRow(ctx, existsSQL, string(r.Kind), r.ID).Scan(&one)
+		err := s.pool.QueryRow(call, existsSQL, string(r.Kind), r.ID).Scan(&one)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return fmt.Errorf("update record %s/%s: %w", r.Kind, r.ID, engine.ErrNotFound)
@@ -238,13 +264,16 @@ func (s *Store) List(ctx context.Context, opts engine.ListOptions) ([]*engine.Re
 	// kind and id are COLLATE "C": byte order, Go's string order.
 	query += " ORDER BY kind, id"
 
-	rows, err := s.pool.Query(ctx, query, args...)
+	call, progress, cancel := whileAnswering(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(call, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list records: %w", callErr(ctx, err))
 	}
 	defer rows.Close()
 	var out []*engine.Record
 	for rows.Next() {
+		progress()
 		var version int64
 		var data []byte
 		if err := rows.Scan(&version, &data); err != nil {
@@ -262,13 +291,24 @@ func (s *Store) List(ctx context.Context, opts engine.ListOptions) ([]*engine.Re
 	return out, nil
 }
 
-// errNoAnswer replaces a timeout of pgx's own; see callErr.
+// whileAnswering returns a context that ends callTimeout after it was made
+// or progress was last called, whichever is later, or when ctx ends: a
+// List that receives rows goes on for as long as it has rows to read.
+func whileAnswering(ctx context.Context) (_ context.Context, progress func(), cancel context.CancelFunc) {
+	call, stop := context.WithCancel(ctx)
+	t := time.AfterFunc(callTimeout, stop)
+	return call, func() { t.Reset(callTimeout) }, func() { t.Stop(); stop() }
+}
+
+// errNoAnswer replaces a timeout of the store's or of pgx's own; see
+// callErr.
 var errNoAnswer = errors.New("postgres server did not answer in time")
 
-// callErr returns the error of a database call made with ctx. pgx enforces
-// connect_timeout with a context of its own, so a server that does not
-// answer produces an error that matches context.DeadlineExceeded although
-// the caller's context is still live. The engine passes the caller's
+// callErr returns the error of a database call made with ctx. The store
+// bounds each call with a context of its own (callTimeout), and pgx
+// enforces connect_timeout with one too, so a server that does not answer
+// produces an error that matches context.DeadlineExceeded or
+// context.Canceled although the caller's context is still live. The engine passes the caller's
 // context errors through as they are and turns every other store error
 // into "unavailable" (OSB 503); a timeout that is not the caller's must not
 // look like the caller's, so its chain is cut here (%v, not %w).
