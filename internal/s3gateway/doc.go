@@ -35,7 +35,9 @@
 // directories its key ("a/b/c") passed through, which no listing shows
 // and which DeleteBucket counts as content. Start repairs both before it
 // serves (buckets.go), while nothing else writes; this walks every
-// directory of every bucket once.
+// directory of every bucket once (BenchmarkRepair: 157 ms for 100,000
+// objects in 10 buckets with the directories in the page cache, on 2
+// shared cores; a cold cache costs a disk read per directory).
 //
 // Limits that come from versitygw and shape how this package is used:
 //
