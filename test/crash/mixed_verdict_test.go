@@ -21,9 +21,10 @@ import (
 
 // TestMixedVerdictsCatchFaults makes by hand the faults that
 // TestKillUnderMixedLoad's backend audit looks for beyond TestKillUnderLoad's,
-// and checks that each gets its verdict; and that the shape of issue 12's
-// class 3 (a bucket folder holding empty directories only), which that test
-// sets apart, is told from a bucket holding objects.
+// and checks that each gets its verdict; and that the state of issue 12's
+// class 3 (a bucket whose listings are empty while its folder holds
+// directories), which that test sets apart, is told from a bucket holding
+// objects (under directories too) and from an empty one.
 func TestMixedVerdictsCatchFaults(t *testing.T) {
 	b := harness.New(t, binary)
 	b.Start()
@@ -50,7 +51,8 @@ func TestMixedVerdictsCatchFaults(t *testing.T) {
 		if role == roleKeepData {
 			for n := range 3 {
 				key := mixedObjectKey(n)
-				if !putObject(setup, in.bindings[1].creds, key) {
+				creds := in.bindings[1].creds
+				if !objectOp(setup, "write "+key, func() error { return b.Backend.Put(creds, key, key) }) {
 					t.Fatal(setup.notes)
 				}
 				in.objects = append(in.objects, key)
@@ -112,17 +114,17 @@ func TestMixedVerdictsCatchFaults(t *testing.T) {
 	}
 
 	// Class 3's shape: directories and no file in the bucket's folder.
-	if why := stuckOnEmptyDirs(b, data); why != "" {
+	if why := unlistedLeftovers(b, data); why != "" {
 		t.Errorf("a bucket holding objects read as class 3: %s", why)
 	}
-	if why := stuckOnEmptyDirs(b, plain); why != "" {
+	if why := unlistedLeftovers(b, plain); why != "" {
 		t.Errorf("an empty bucket read as class 3: %s", why)
 	}
 	if err := os.MkdirAll(filepath.Join(b.DataDir, "s3", "objects", plain.bucket(), "d0", "e1"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if why := stuckOnEmptyDirs(b, plain); why == "" {
-		t.Errorf("a bucket folder holding only the empty directories d0/e1 was not read as class 3")
+	if why := unlistedLeftovers(b, plain); why == "" {
+		t.Errorf("an empty bucket whose folder holds the directories d0/e1 was not read as class 3")
 	} else {
 		t.Logf("class 3's shape found: %s", why)
 	}
