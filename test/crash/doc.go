@@ -30,6 +30,17 @@
 // replaced once the Lease runs out, and every claim converges to one
 // bucket, one ObjectBucket and one key, and to nothing once deleted.
 //
+// TestKillUnderMixedLoad kills the broker with SIGKILL at random moments,
+// every other time while a purge is underway, under a mixed load of 100
+// instances and 300 bindings, sync and async: buckets kept with the
+// application's objects, unbinds, deprovisions with purge_on_delete of
+// buckets holding objects, empty deprovisions. Then it replays every
+// request as a platform does and audits the backend: one bucket per live
+// instance (with its objects), one user per live binding holding exactly
+// the answered key, which works in its bucket only, nothing else, no
+// operation in progress, a clean `admin audit`. TestMixedVerdictsCatchFaults
+// shows that its new checks catch their faults.
+//
 // TestClaimsUnderKill kills one `bucketbroker controller` with SIGKILL at
 // random moments while several users create, delete and drift-test 40
 // claims at once, and checks every claim and the backend afterwards; it

@@ -104,3 +104,82 @@ func (be Backend) Works(c map[string]any) error {
 	_, err := c3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: key})
 	return err
 }
+
+// Put writes one object with a binding's credentials into its bucket: the
+// application's data, which a deprovision with purge_on_delete must take
+// with the bucket.
+func (be Backend) Put(c map[string]any, key, body string) error {
+	ak, _ := c["access_key_id"].(string)
+	sk, _ := c["secret_access_key"].(string)
+	bucket, _ := c["bucket"].(string)
+	if ak == "" || sk == "" || bucket == "" {
+		return fmt.Errorf("credentials lack a key or a bucket: %v", c["access_key_id"])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := be.s3(ak, sk).PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket),
+		Key: aws.String(key), Body: strings.NewReader(body)})
+	if err != nil {
+		return fmt.Errorf("put object %s into %s: %w", key, bucket, err)
+	}
+	return nil
+}
+
+// Delete deletes one object with a binding's credentials (in a versioned
+// bucket: adds a delete marker).
+func (be Backend) Delete(c map[string]any, key string) error {
+	ak, _ := c["access_key_id"].(string)
+	sk, _ := c["secret_access_key"].(string)
+	bucket, _ := c["bucket"].(string)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := be.s3(ak, sk).DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)}); err != nil {
+		return fmt.Errorf("delete object %s from %s: %w", key, bucket, err)
+	}
+	return nil
+}
+
+// Objects lists the keys of a bucket's current objects with the root keys
+// (all pages).
+func (be Backend) Objects(bucket string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var keys []string
+	c := be.s3(be.AccessKey, be.SecretKey)
+	for p := s3.NewListObjectsV2Paginator(c, &s3.ListObjectsV2Input{Bucket: aws.String(bucket)}); p.HasMorePages(); {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list objects of %s: %w", bucket, err)
+		}
+		for _, o := range out.Contents {
+			keys = append(keys, aws.ToString(o.Key))
+		}
+	}
+	return keys, nil
+}
+
+// Versions lists a bucket's object versions and delete markers with the
+// root keys (all pages), each as key@version.
+func (be Backend) Versions(bucket string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out []string
+	c := be.s3(be.AccessKey, be.SecretKey)
+	in := &s3.ListObjectVersionsInput{Bucket: aws.String(bucket)}
+	for {
+		page, err := c.ListObjectVersions(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("list object versions of %s: %w", bucket, err)
+		}
+		for _, v := range page.Versions {
+			out = append(out, aws.ToString(v.Key)+"@"+aws.ToString(v.VersionId))
+		}
+		for _, m := range page.DeleteMarkers {
+			out = append(out, aws.ToString(m.Key)+"@"+aws.ToString(m.VersionId)+" (delete marker)")
+		}
+		if !aws.ToBool(page.IsTruncated) {
+			return out, nil
+		}
+		in.KeyMarker, in.VersionIdMarker = page.NextKeyMarker, page.NextVersionIdMarker
+	}
+}

@@ -10,10 +10,12 @@ import (
 	"time"
 )
 
-// The built-in catalog's service and its plain plan.
+// The built-in catalog's service, its plain plan and its plan whose
+// buckets keep every version of their objects.
 const (
-	ServiceID = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b01"
-	PlanStd   = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b11"
+	ServiceID     = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b01"
+	PlanStd       = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b11"
+	PlanVersioned = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b14"
 )
 
 // Request bodies and the DELETE query a platform sends for the plain plan.
