@@ -13,6 +13,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/bucketbroker/bucketbroker/internal/engine"
 )
 
 // Version bounds: 2.13 is the oldest version whose semantics (async
@@ -222,7 +224,9 @@ func plural(n int, word string) string {
 }
 
 // object returns an optional JSON object field: nil when absent or null, the
-// object when it is one, and a bad request otherwise.
+// object when it is one and within the engine's limits of size and nesting
+// (engine.CheckFreeForm: the engine stores it inside a record, which must
+// stay readable), and a bad request otherwise.
 func object(name string, raw json.RawMessage) (json.RawMessage, error) {
 	t := bytes.TrimSpace(raw)
 	if len(t) == 0 || string(t) == "null" {
@@ -230,6 +234,9 @@ func object(name string, raw json.RawMessage) (json.RawMessage, error) {
 	}
 	if t[0] != '{' {
 		return nil, badRequest("field %q must be a JSON object", name)
+	}
+	if err := engine.CheckFreeForm(fmt.Sprintf("field %q", name), t); err != nil {
+		return nil, badRequest("%v", err)
 	}
 	return t, nil
 }
