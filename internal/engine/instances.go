@@ -47,6 +47,12 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 		if err := plan.Validate(catalog.ForCreate, params); err != nil {
 			return invalidf("%v", err)
 		}
+		if err := checkFreeForm(r); err != nil {
+			return err
+		}
+		if err := checkLabels(params); err != nil {
+			return err
+		}
 		validated = true
 		return nil
 	}
@@ -290,6 +296,13 @@ func (e *Engine) updateTarget(ctx context.Context, rec *Record, req UpdateReques
 	t.PlanID, t.Parameters = planID, merged
 	if len(req.Context) > 0 {
 		t.Context = req.Context
+	}
+	// The merge can grow the parameters past what one request may send.
+	if err := checkFreeForm(t); err != nil {
+		return Request{}, nil, err
+	}
+	if err := checkLabels(merged); err != nil {
+		return Request{}, nil, err
 	}
 	return t, plan, nil
 }
