@@ -186,6 +186,9 @@ func (e *Engine) awaitOutcome(ctx context.Context, rec *Record, done Outcome, ch
 	if end.Op.ID != opID {
 		return Result{}, nil, fmt.Errorf("%w: %s %s was superseded by %s", ErrConcurrency, rec.Kind, rec.ID, end.Op.Type)
 	}
+	if end.Op.State == OpFailed && end.Op.Refused {
+		return Result{}, nil, fmt.Errorf("%w: %s", ErrUnprocessable, end.Op.Description)
+	}
 	if end.Op.State == OpFailed {
 		return Result{}, nil, fmt.Errorf("%w: %s", ErrFailed, end.Op.Description)
 	}

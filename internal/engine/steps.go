@@ -75,6 +75,10 @@ func (e *Engine) finish(ctx context.Context, rec *Record, err error) error {
 		op.State, op.Description = OpSucceeded, string(op.Type)+" succeeded"
 	} else {
 		op.State, op.Description = OpFailed, fmt.Sprintf("%s failed: %v", op.Type, err)
+		// The backend refused the request for good (an invalid tag, an
+		// option it does not have): the request's fault, not ours, and
+		// answered so (422), never as the broker's own failure (500).
+		op.Refused = errors.Is(err, driver.ErrInvalid)
 	}
 	ok := err == nil
 	switch op.Type {
@@ -132,6 +136,12 @@ func (e *Engine) provision(ctx context.Context, rec *Record) error {
 		return e.driver.EnsureBucket(ctx, driver.BucketSpec{Name: rec.Bucket, Owner: rec.Owner, Tags: p.Labels, AdoptUnmarked: true,
 			Versioning: e.versioning(rec.Request)})
 	})
+	if errors.Is(err, driver.ErrInvalid) {
+		// Refused for good, perhaps after the bucket was created (S3
+		// creates, then tags, then turns on versioning): the platform
+		// hears a client error and will not clean up, so remove it.
+		return e.finish(ctx, rec, e.removeRefused(ctx, rec, err))
+	}
 	if err != nil {
 		return e.fail(ctx, rec, err)
 	}
@@ -300,6 +310,11 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 		})
 		return err
 	})
+	if errors.Is(err, driver.ErrInvalid) {
+		// As for a refused bucket: the user (and a key) may exist by now,
+		// and nobody would ever revoke them.
+		return e.finish(ctx, rec, e.revokeRefused(ctx, rec, err))
+	}
 	if err != nil {
 		return e.fail(ctx, rec, err)
 	}
@@ -351,6 +366,57 @@ func (e *Engine) unbind(ctx context.Context, rec *Record) error {
 	rec.UserAttempted = false
 	crashpoint.Hit("unbind/user-revoked")
 	return e.finish(ctx, rec, nil)
+}
+
+// removeRefused deletes what a provision the backend refused for good
+// (refused, wrapping driver.ErrInvalid) may have created of the bucket, and
+// returns the error that ends the provision: refused, with a note when the
+// bucket could not be removed. Only a bucket of ours is deleted: with our
+// mark, or unmarked with the attempt recorded (marked first, as by a
+// deprovision); never one with objects in it.
+func (e *Engine) removeRefused(ctx context.Context, rec *Record, refused error) error {
+	if !rec.BucketAttempted {
+		return refused
+	}
+	err := e.step(ctx, rec, "remove refused bucket", func(ctx context.Context) error {
+		err := e.driver.DeleteBucket(ctx, rec.Bucket, rec.Owner, false)
+		if errors.Is(err, driver.ErrOwnedByOther) {
+			if err = e.adoptBucket(ctx, rec); err == nil {
+				err = e.driver.DeleteBucket(ctx, rec.Bucket, rec.Owner, false)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		e.log.Warn("Cannot remove the bucket of a refused provision; a deprovision removes it", "id", rec.ID, "bucket", rec.Bucket, "error", err)
+		return fmt.Errorf("%w; its bucket %q is left until the instance is deprovisioned", refused, rec.Bucket)
+	}
+	rec.BucketAttempted = false // nothing of ours is left under the name
+	return refused
+}
+
+// revokeRefused is removeRefused for a bind: it revokes the user (and any
+// key) a refused EnsureCredential may have left.
+func (e *Engine) revokeRefused(ctx context.Context, rec *Record, refused error) error {
+	if !rec.UserAttempted {
+		return refused
+	}
+	err := e.step(ctx, rec, "revoke refused credential", func(ctx context.Context) error {
+		err := e.driver.RevokeCredential(ctx, rec.UserName, rec.Owner)
+		if errors.Is(err, driver.ErrOwnedByOther) {
+			if err = e.adoptUser(ctx, rec); err == nil {
+				err = e.driver.RevokeCredential(ctx, rec.UserName, rec.Owner)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		e.log.Warn("Cannot revoke the user of a refused bind; an unbind revokes it", "id", rec.ID, "user", rec.UserName, "error", err)
+		return fmt.Errorf("%w; its user %q is left until the binding is unbound", refused, rec.UserName)
+	}
+	rec.UserAttempted = false
+	rec.AccessKeyID, rec.SealedSecret = "", nil
+	return refused
 }
 
 // adoptBucket marks an unmarked bucket under rec's name as rec's; a bucket
