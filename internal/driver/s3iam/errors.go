@@ -49,19 +49,19 @@ func hasCode(err error, codes ...string) bool {
 // bucket without tags: AWS and versitygw say NoSuchTagSet, some older Ceph
 // and MinIO releases NoSuchTagSetError or an empty 200.
 var (
-	codesNoBucket      = []string{"NoSuchBucket", "NotFound"}
-	codesNoTags        = []string{"NoSuchTagSet", "NoSuchTagSetError"}
-	codesNoEntity      = []string{"NoSuchEntity"}
-	codesNotSupported  = []string{"NotImplemented", "MethodNotAllowed", "UnsupportedOperation"}
-	codesNoVersioning  = append([]string{"VersioningNotConfigured"}, codesNotSupported...)
+	codesNoBucket     = []string{"NoSuchBucket", "NotFound"}
+	codesNoTags       = []string{"NoSuchTagSet", "NoSuchTagSetError"}
+	codesNoEntity     = []string{"NoSuchEntity"}
+	codesNotSupported = []string{"NotImplemented", "MethodNotAllowed", "UnsupportedOperation"}
+	codesNoVersioning = append([]string{"VersioningNotConfigured"}, codesNotSupported...)
 	// codesInvalidBucket are S3's refusals of the request itself (4xx):
 	// the same request gets the same answer however often it is sent.
 	// versitygw answers a bucket with more than 50 tags "BadRequest".
 	// (RequestTimeout, also a 400, is not one: a retry can succeed.)
 	codesInvalidBucket = []string{"InvalidBucketName", "InvalidTag", "InvalidLocationConstraint",
 		"MalformedXML", "InvalidArgument", "InvalidRequest", "BadRequest"}
-	codesInvalidIAM    = []string{"ValidationError", "InvalidInput", "MalformedPolicyDocument"}
-	codesBadCreds      = []string{
+	codesInvalidIAM = []string{"ValidationError", "InvalidInput", "MalformedPolicyDocument"}
+	codesBadCreds   = []string{
 		"InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidClientTokenId",
 		"AccessDenied", "AuthorizationHeaderMalformed", "ExpiredToken",
 		"InvalidToken", "MissingAuthenticationToken", "IncompleteSignature",
