@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -322,4 +324,58 @@ func checkLabels(params []byte) error {
 		return invalidf("labels: %v", err)
 	}
 	return nil
+}
+
+// reportUnreadable logs each record the store skipped as unreadable, once
+// per version, and forgets those that read again (repaired since: the
+// store's Get then takes them off its list too). The sweep calls it, so
+// that an operator hears of such a record within a sweep interval.
+func (e *Engine) reportUnreadable(ctx context.Context) {
+	rep, ok := e.store.(UnreadableReporter)
+	if !ok {
+		return
+	}
+	seen := map[string]bool{}
+	for _, u := range rep.Unreadable() {
+		if _, err := e.store.Get(ctx, u.Kind, u.ID); err == nil || errors.Is(err, ErrNotFound) || ctx.Err() != nil {
+			continue
+		}
+		k := key(u.Kind, u.ID)
+		seen[k] = true
+		e.mu.Lock()
+		logged, known := e.unreadable[k]
+		if e.unreadable == nil {
+			e.unreadable = map[string]int64{}
+		}
+		e.unreadable[k] = u.Version
+		e.mu.Unlock()
+		if !known || logged != u.Version {
+			e.log.Error("Record cannot be read and is skipped; see it with `bucketbroker admin records`, repair it with `bucketbroker admin records repair`",
+				"kind", u.Kind, "id", u.ID, "instance", u.InstanceID, "version", u.Version, "error", u.Error)
+		}
+	}
+	e.mu.Lock()
+	for k := range e.unreadable {
+		if !seen[k] {
+			delete(e.unreadable, k)
+		}
+	}
+	e.mu.Unlock()
+}
+
+// unreadableBindings returns the ids of the instance's bindings that the
+// store skipped as unreadable: a deprovision must not delete the bucket
+// while one of them may still hold a live credential.
+func (e *Engine) unreadableBindings(instanceID string) []string {
+	rep, ok := e.store.(UnreadableReporter)
+	if !ok {
+		return nil
+	}
+	var ids []string
+	for _, u := range rep.Unreadable() {
+		if u.Kind == KindBinding && u.InstanceID == instanceID {
+			ids = append(ids, u.ID)
+		}
+	}
+	return ids
 }

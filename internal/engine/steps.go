@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
@@ -263,10 +264,18 @@ func (e *Engine) revokeBindings(ctx context.Context, inst *Record) error {
 				e.interrupt(KindBinding, b.ID)
 			}
 		}
+		// A binding the store cannot read is skipped by List, but its
+		// user may hold a live key: wait for its repair, and say so.
+		unreadable := e.unreadableBindings(inst.ID)
+		pending += len(unreadable)
 		if pending == 0 {
 			return nil
 		}
 		if time.Now().After(inst.Op.Deadline) {
+			if len(unreadable) > 0 {
+				return giveUp{fmt.Errorf("%d of its bindings could not be revoked before the deadline (%d failed; %s cannot be read: repair with `bucketbroker admin records repair`, then deprovision again)",
+					pending, failed, strings.Join(unreadable, ", "))}
+			}
 			return giveUp{fmt.Errorf("%d of its bindings could not be revoked before the deadline (%d failed)", pending, failed)}
 		}
 		if err := e.renew(ctx, inst); err != nil {
