@@ -49,8 +49,8 @@ func TestPoisonedInput(t *testing.T) {
 			// Poisoned requests: 400, nothing stored, nothing created.
 			inst := "/v2/service_instances/poisoned"
 			for what, body := range map[string]map[string]any{
-				"deep parameters": {"service_id": serviceID, "plan_id": planStd, "organization_guid": "o", "space_guid": "s", "parameters": deepJSON(9990)},
-				"deep context":    {"service_id": serviceID, "plan_id": planStd, "organization_guid": "o", "space_guid": "s", "context": deepJSON(9990)},
+				"deep parameters": {"service_id": serviceID, "plan_id": planStd, "organization_guid": "o", "space_guid": "s", "parameters": deepJSON(9999)},
+				"deep context":    {"service_id": serviceID, "plan_id": planStd, "organization_guid": "o", "space_guid": "s", "context": deepJSON(9999)},
 				"snowman label":   {"service_id": serviceID, "plan_id": planStd, "organization_guid": "o", "space_guid": "s", "parameters": map[string]any{"labels": map[string]any{"k": "☃"}}},
 				"long label":      {"service_id": serviceID, "plan_id": planStd, "organization_guid": "o", "space_guid": "s", "parameters": map[string]any{"labels": map[string]any{"k": strings.Repeat("ü", 256)}}},
 			} {
@@ -69,7 +69,7 @@ func TestPoisonedInput(t *testing.T) {
 
 			keep := "/v2/service_instances/keep"
 			untilDone(t, b, "PUT", keep, provisionBody, http.StatusCreated)
-			deep := map[string]any{"service_id": serviceID, "plan_id": planStd, "app_guid": "app", "bind_resource": deepJSON(9990)}
+			deep := map[string]any{"service_id": serviceID, "plan_id": planStd, "app_guid": "app", "bind_resource": deepJSON(9999)}
 			if r := b.Do("PUT", keep+"/service_bindings/deep", deep); r.Code != http.StatusBadRequest {
 				t.Errorf("bind with a deep bind_resource: %s, want 400", r)
 			}
