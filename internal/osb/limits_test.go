@@ -79,3 +79,52 @@ func TestFreeFormLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestStoredStringLimits: the other strings the engine stores, the guids
+// and ids of the body and X-Broker-API-Originating-Identity (kept with
+// every operation of a record's history), are bounded too, so that no
+// request can make a record larger than the store writes (it would answer
+// 503 for ever instead of 400).
+func TestStoredStringLimits(t *testing.T) {
+	long := strings.Repeat("g", 256)
+	provision := func(field string) string {
+		b := map[string]string{"service_id": "svc", "plan_id": "plan", "organization_guid": "org", "space_guid": "space"}
+		b[field] = long
+		return fmt.Sprintf(`{"service_id":%q,"plan_id":%q,"organization_guid":%q,"space_guid":%q}`, b["service_id"], b["plan_id"], b["organization_guid"], b["space_guid"])
+	}
+	cases := map[string]struct {
+		method, path, body string
+		identity           string
+		ok                 bool
+	}{
+		"organization_guid of 256 bytes": {http.MethodPut, "/v2/service_instances/i1", provision("organization_guid"), "", false},
+		"space_guid of 256 bytes":        {http.MethodPut, "/v2/service_instances/i1", provision("space_guid"), "", false},
+		"service_id of 256 bytes":        {http.MethodPut, "/v2/service_instances/i1", provision("service_id"), "", false},
+		"plan_id of 256 bytes on update": {http.MethodPatch, "/v2/service_instances/i1", `{"service_id":"svc","plan_id":"` + long + `"}`, "", false},
+		"app_guid of 256 bytes":          {http.MethodPut, "/v2/service_instances/i1/service_bindings/b1", `{"service_id":"svc","plan_id":"plan","app_guid":"` + long + `"}`, "", false},
+		"app_guid of 255 bytes":          {http.MethodPut, "/v2/service_instances/i1/service_bindings/b1", `{"service_id":"svc","plan_id":"plan","app_guid":"` + long[1:] + `"}`, "", true},
+		"identity at the limit":          {http.MethodPut, "/v2/service_instances/i1", provisionJSON, "cf " + strings.Repeat("A", maxIdentityBytes-3), true},
+		"identity one byte over":         {http.MethodPut, "/v2/service_instances/i1", provisionJSON, "cf " + strings.Repeat("A", maxIdentityBytes-2), false},
+		"identity not ASCII":             {http.MethodPut, "/v2/service_instances/i1", provisionJSON, "cf é", false},
+		"identity with a tab":            {http.MethodPut, "/v2/service_instances/i1", provisionJSON, "cf\tx", false},
+		"identity on deprovision":        {http.MethodDelete, "/v2/service_instances/i1?service_id=svc&plan_id=plan", "", "cf é", false},
+		"identity on unbind":             {http.MethodDelete, "/v2/service_instances/i1/service_bindings/b1?service_id=svc&plan_id=plan", "", "cf é", false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			fe := succeed(engine.OutcomeCreated, "")
+			b := newBroker(t, fe)
+			var header map[string]string
+			if tc.identity != "" {
+				header = map[string]string{headerOriginatingIdentity: tc.identity}
+			}
+			res := b.do(t, request{method: tc.method, path: tc.path, body: tc.body, header: header})
+			if tc.ok != (res.status < 400) {
+				t.Fatalf("status = %d (%s), want ok=%v", res.status, res.body, tc.ok)
+			}
+			if !tc.ok && (res.status != http.StatusBadRequest || len(fe.called()) != 0) {
+				t.Errorf("status %d, engine calls %v; want 400 and none", res.status, fe.called())
+			}
+		})
+	}
+}
