@@ -99,31 +99,7 @@ func FuzzStoredRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
 		ctx := context.Background()
-		path := filepath.Join(t.TempDir(), "state.db")
-		st, err := sqlite.Open(ctx, path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		eng, err := engine.New(engine.Options{Store: st, Driver: acceptingDriver{}, Catalog: cat, Box: box,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), SyncTimeout: 10 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := eng.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		h, err := osb.NewHandler(osb.Options{Instances: eng, Bindings: eng, Catalog: catJSON, Username: "u", Password: "p"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		send := func(method, target string, body []byte) *httptest.ResponseRecorder {
-			req := httptest.NewRequest(method, target, bytes.NewReader(body))
-			req.SetBasicAuth("u", "p")
-			req.Header.Set("X-Broker-API-Version", "2.17")
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, req)
-			return rec
-		}
+		path, st, eng, send := storedBroker(t, cat, catJSON, box)
 		// An instance for update and bind to act on.
 		if rec := send(http.MethodPut, "/v2/service_instances/i1",
 			[]byte(`{"service_id":"svc","plan_id":"loose","organization_guid":"o","space_guid":"s"}`)); rec.Code != http.StatusCreated {
@@ -185,6 +161,79 @@ func FuzzStoredRequest(f *testing.F) {
 			t.Errorf("answer is not JSON: %q", rec.Body)
 		}
 	})
+}
+
+// storedBroker starts the real door and engine on a new SQLite store at
+// path, with a backend that accepts what S3 accepts.
+func storedBroker(t *testing.T, cat *catalog.Catalog, catJSON []byte, box *secretbox.Box) (
+	path string, st *sqlite.Store, eng *engine.Engine, send func(method, target string, body []byte) *httptest.ResponseRecorder,
+) {
+	t.Helper()
+	ctx := context.Background()
+	path = filepath.Join(t.TempDir(), "state.db")
+	st, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err = engine.New(engine.Options{Store: st, Driver: acceptingDriver{}, Catalog: cat, Box: box,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), SyncTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h, err := osb.NewHandler(osb.Options{Instances: eng, Bindings: eng, Catalog: catJSON, Username: "u", Password: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send = func(method, target string, body []byte) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, target, bytes.NewReader(body))
+		req.SetBasicAuth("u", "p")
+		req.Header.Set("X-Broker-API-Version", "2.17")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	return path, st, eng, send
+}
+
+// TestMergedParametersBounded: an update merges its parameters into the
+// instance's key by key, so updates each within the limits could grow a
+// plan without schema's parameters, and the record, without end. The
+// merged parameters are held to the same limit: 400, and the instance
+// keeps what it had.
+func TestMergedParametersBounded(t *testing.T) {
+	cat, err := catalog.Parse([]byte(fuzzCatalog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	catJSON, _ := cat.JSON()
+	box, _ := secretbox.New(make([]byte, secretbox.KeySize))
+	_, st, eng, send := storedBroker(t, cat, catJSON, box)
+	t.Cleanup(func() {
+		_ = eng.Shutdown(context.Background())
+		_ = st.Close()
+	})
+	if rec := send(http.MethodPut, "/v2/service_instances/i1",
+		[]byte(`{"service_id":"svc","plan_id":"loose","organization_guid":"o","space_guid":"s"}`)); rec.Code != http.StatusCreated {
+		t.Fatalf("provision: %d %s", rec.Code, rec.Body)
+	}
+	half := strings.Repeat("x", engine.MaxFreeFormBytes/2)
+	if rec := send(http.MethodPatch, "/v2/service_instances/i1", []byte(`{"service_id":"svc","parameters":{"a":"`+half+`"}}`)); rec.Code != http.StatusOK {
+		t.Fatalf("first update: %d %s", rec.Code, rec.Body)
+	}
+	rec := send(http.MethodPatch, "/v2/service_instances/i1", []byte(`{"service_id":"svc","parameters":{"b":"`+half+`"}}`))
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "parameters") {
+		t.Fatalf("second update, merged past the limit: %d %s, want 400 naming the parameters", rec.Code, rec.Body)
+	}
+	r, err := st.Get(context.Background(), engine.KindInstance, "i1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(r.Request.Parameters), `"b"`) || r.Phase != engine.PhaseReady {
+		t.Errorf("instance after the refused update: phase %s, parameters of %d bytes with b", r.Phase, len(r.Request.Parameters))
+	}
 }
 
 func truncate(b []byte) string {
