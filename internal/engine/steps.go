@@ -141,7 +141,7 @@ func (e *Engine) provision(ctx context.Context, rec *Record) error {
 		// Refused for good, perhaps after the bucket was created (S3
 		// creates, then tags, then turns on versioning): the platform
 		// hears a client error and will not clean up, so remove it.
-		return e.finish(ctx, rec, e.removeRefused(ctx, rec, err))
+		return e.removeRefused(ctx, rec, err)
 	}
 	if err != nil {
 		return e.fail(ctx, rec, err)
@@ -322,7 +322,7 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 	if errors.Is(err, driver.ErrInvalid) {
 		// As for a refused bucket: the user (and a key) may exist by now,
 		// and nobody would ever revoke them.
-		return e.finish(ctx, rec, e.revokeRefused(ctx, rec, err))
+		return e.revokeRefused(ctx, rec, err)
 	}
 	if err != nil {
 		return e.fail(ctx, rec, err)
@@ -377,15 +377,17 @@ func (e *Engine) unbind(ctx context.Context, rec *Record) error {
 	return e.finish(ctx, rec, nil)
 }
 
-// removeRefused deletes what a provision the backend refused for good
-// (refused, wrapping driver.ErrInvalid) may have created of the bucket, and
-// returns the error that ends the provision: refused, with a note when the
-// bucket could not be removed. Only a bucket of ours is deleted: with our
-// mark, or unmarked with the attempt recorded (marked first, as by a
-// deprovision); never one with objects in it.
+// removeRefused ends a provision the backend refused for good (refused
+// wraps driver.ErrInvalid), after deleting the bucket it may have created
+// before the refusal. Only a bucket of ours is deleted: with our mark, or
+// unmarked with the attempt recorded (marked first, as a deprovision does);
+// never one with objects in it. If the deletion cannot be done by the
+// deadline the provision still fails as refused, saying the bucket is
+// left for the deprovision; if the worker is interrupted, the operation
+// stays in progress and its next run is refused, and removes, again.
 func (e *Engine) removeRefused(ctx context.Context, rec *Record, refused error) error {
 	if !rec.BucketAttempted {
-		return refused
+		return e.finish(ctx, rec, refused)
 	}
 	err := e.step(ctx, rec, "remove refused bucket", func(ctx context.Context) error {
 		err := e.driver.DeleteBucket(ctx, rec.Bucket, rec.Owner, false)
@@ -396,19 +398,22 @@ func (e *Engine) removeRefused(ctx context.Context, rec *Record, refused error) 
 		}
 		return err
 	})
+	if e.interrupted(ctx, err) {
+		return err
+	}
 	if err != nil {
 		e.log.Warn("Cannot remove the bucket of a refused provision; a deprovision removes it", "id", rec.ID, "bucket", rec.Bucket, "error", err)
-		return fmt.Errorf("%w; its bucket %q is left until the instance is deprovisioned", refused, rec.Bucket)
+		return e.finish(ctx, rec, fmt.Errorf("%w; its bucket %q is left until the instance is deprovisioned", refused, rec.Bucket))
 	}
 	rec.BucketAttempted = false // nothing of ours is left under the name
-	return refused
+	return e.finish(ctx, rec, refused)
 }
 
 // revokeRefused is removeRefused for a bind: it revokes the user (and any
-// key) a refused EnsureCredential may have left.
+// key) a refused EnsureCredential may have left, then ends the bind.
 func (e *Engine) revokeRefused(ctx context.Context, rec *Record, refused error) error {
 	if !rec.UserAttempted {
-		return refused
+		return e.finish(ctx, rec, refused)
 	}
 	err := e.step(ctx, rec, "revoke refused credential", func(ctx context.Context) error {
 		err := e.driver.RevokeCredential(ctx, rec.UserName, rec.Owner)
@@ -419,13 +424,27 @@ func (e *Engine) revokeRefused(ctx context.Context, rec *Record, refused error) 
 		}
 		return err
 	})
+	if e.interrupted(ctx, err) {
+		return err
+	}
 	if err != nil {
 		e.log.Warn("Cannot revoke the user of a refused bind; an unbind revokes it", "id", rec.ID, "user", rec.UserName, "error", err)
-		return fmt.Errorf("%w; its user %q is left until the binding is unbound", refused, rec.UserName)
+		return e.finish(ctx, rec, fmt.Errorf("%w; its user %q is left until the binding is unbound", refused, rec.UserName))
 	}
 	rec.UserAttempted = false
 	rec.AccessKeyID, rec.SealedSecret = "", nil
-	return refused
+	return e.finish(ctx, rec, refused)
+}
+
+// interrupted reports whether err only means that the worker was halted,
+// superseded or stopped (as fail tells them apart): the operation is not
+// over, and must not be ended.
+func (e *Engine) interrupted(ctx context.Context, err error) bool {
+	if err == nil {
+		return false
+	}
+	var g giveUp
+	return !errors.As(err, &g) && (e.halted(ctx) || errors.Is(err, ErrStale) || errors.Is(err, errHalted) || errors.Is(err, context.Canceled))
 }
 
 // adoptBucket marks an unmarked bucket under rec's name as rec's; a bucket
