@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
@@ -322,6 +323,11 @@ func (e *Engine) bindingsForbid(ctx context.Context, instanceID string, plan *ca
 			return fmt.Errorf("%w: binding %s has %s access, which plan %q does not allow; unbind it first",
 				ErrUnprocessable, b.ID, b.Access, plan.Name)
 		}
+	}
+	// List skipped the bindings it cannot read: their access is unknown.
+	if ids := e.unreadableBindings(instanceID); len(ids) > 0 {
+		return fmt.Errorf("%w: bindings %s cannot be read, so whether plan %q allows them is unknown; repair them with `bucketbroker admin records repair` first",
+			ErrUnprocessable, strings.Join(ids, ", "), plan.Name)
 	}
 	return nil
 }

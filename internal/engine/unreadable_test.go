@@ -69,6 +69,12 @@ func TestUnreadableRecordIsolated(t *testing.T) {
 	b.want(b.do("DELETE", del(ob, planStd, false), nil), http.StatusOK, "unbind from it")
 	b.want(b.do("DELETE", del(other, planStd, false), nil), http.StatusOK, "deprovision it")
 
+	// A plan change the unreadable binding might forbid is refused.
+	if r := b.do("PATCH", inst, map[string]any{"service_id": serviceID, "plan_id": planRO}); r.code != http.StatusUnprocessableEntity ||
+		!strings.Contains(r.str("description"), bindingID) {
+		t.Errorf("plan change past an unreadable binding: %d %v, want 422 naming it", r.code, r.body)
+	}
+
 	// The instance of the unreadable binding: its deprovision fails at
 	// its deadline, naming the binding, and leaves the bucket.
 	r := b.want(b.do("DELETE", del(inst, planStd, true), nil), http.StatusAccepted, "deprovision async")
