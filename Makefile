@@ -49,8 +49,9 @@ lint: ## gofmt and go vet clean, a doc.go in every package, generated files up t
 	hack/generate.sh --check
 
 .PHONY: fuzz
-fuzz: ## Fuzz the OSB request decoding for FUZZTIME (default 30s)
-	$(GO) test -run '^$$' -fuzz FuzzHandler -fuzztime $${FUZZTIME:-30s} ./internal/osb
+fuzz: ## Fuzz the OSB request decoding, then a request's way into the store and back after a restart, each for FUZZTIME (default 30s)
+	$(GO) test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $${FUZZTIME:-30s} ./internal/osb
+	$(GO) test -run '^$$' -fuzz '^FuzzStoredRequest$$' -fuzztime $${FUZZTIME:-30s} -fuzzminimizetime 5s ./internal/osb
 
 .PHONY: bench
 bench: ## Run the benchmarks (each beside its baseline); feed the output to benchstat

@@ -20,7 +20,9 @@ import (
 
 	"github.com/bucketbroker/bucketbroker/internal/audit"
 	"github.com/bucketbroker/bucketbroker/internal/broker"
+	"github.com/bucketbroker/bucketbroker/internal/engine"
 	"github.com/bucketbroker/bucketbroker/internal/s3gateway"
+	"github.com/bucketbroker/bucketbroker/internal/store"
 )
 
 func newAdminCommand() *cobra.Command {
@@ -28,7 +30,7 @@ func newAdminCommand() *cobra.Command {
 		Use:   "admin",
 		Short: "Maintenance tasks for operators",
 	}
-	admin.AddCommand(newMigrateCommand(), newAuditCommand())
+	admin.AddCommand(newMigrateCommand(), newAuditCommand(), newRecordsCommand())
 	return admin
 }
 
@@ -315,4 +317,172 @@ func withStdoutOnStderr(f func() error) error {
 	}
 	defer unix.Dup2(saved, 1) //nolint:errcheck // nothing better to do than keep the redirect
 	return f()
+}
+
+// storeFlags are the flags of the commands that only need the store.
+type storeFlags struct {
+	store, dataDir string
+}
+
+func (f *storeFlags) bind(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.store, "store", "", "state store: a PostgreSQL DSN or a SQLite file (default <data-dir>/bucketbroker.db); also from BUCKETBROKER_STORE")
+	cmd.Flags().StringVar(&f.dataDir, "data-dir", "./data", "folder of the default SQLite file")
+}
+
+// open opens the store as a RawStore.
+func (f *storeFlags) open(cmd *cobra.Command) (store.RawStore, func() error, error) {
+	if !cmd.Flags().Changed("store") {
+		f.store = os.Getenv("BUCKETBROKER_STORE")
+	}
+	s, err := broker.OpenStore(cmd.Context(), f.store, f.dataDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	raw, ok := s.(store.RawStore)
+	if !ok {
+		_ = s.Close()
+		return nil, nil, fmt.Errorf("store %T cannot hand out records undecoded", s)
+	}
+	return raw, s.Close, nil
+}
+
+func newRecordsCommand() *cobra.Command {
+	var f storeFlags
+	var output string
+	cmd := &cobra.Command{
+		Use:   "records",
+		Short: "List the records the store cannot read (serve skips them)",
+		Long: `List the records in the store that cannot be decoded.
+
+serve skips such a record (start-up, the sweep and every other record's
+operations go on), logs it, counts it in bucketbroker_store_unreadable_records
+and mentions it on /readyz; requests for its own id fail, and the deprovision
+of an instance with such a binding waits for it. bucketbroker no longer
+writes such records; an older version could, from parameters, context or
+bind_resource nested thousands of levels deep. Repair them with
+'bucketbroker admin records repair'.
+
+Exit status: 0 none, 1 the store could not be read, 2 unreadable records
+remain (printed).`,
+		Example: `  bucketbroker admin records --data-dir ./data
+  BUCKETBROKER_STORE='postgres://bucketbroker@db.internal/bucketbroker' bucketbroker admin records -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "text" && output != "json" {
+				return fmt.Errorf("--output %q: want text or json", output)
+			}
+			s, closeStore, err := f.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeStore()
+			found, err := store.FindUnreadable(cmd.Context(), s)
+			if err != nil {
+				return err
+			}
+			if err := writeUnreadable(cmd.OutOrStdout(), output, found); err != nil {
+				return err
+			}
+			if len(found) > 0 {
+				exitDrift()
+			}
+			return nil
+		},
+	}
+	f.bind(cmd)
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.AddCommand(newRepairCommand())
+	return cmd
+}
+
+func writeUnreadable(w io.Writer, output string, found []engine.UnreadableRecord) error {
+	if output == "json" {
+		if found == nil {
+			found = []engine.UnreadableRecord{}
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(found)
+	}
+	if len(found) == 0 {
+		_, err := fmt.Fprintln(w, "Every record is readable.")
+		return err
+	}
+	for _, u := range found {
+		instance := ""
+		if u.InstanceID != "" {
+			instance = " of instance " + u.InstanceID
+		}
+		if _, err := fmt.Fprintf(w, "%s %s%s (version %d): %s\n", u.Kind, u.ID, instance, u.Version, u.Error); err != nil {
+			return err
+		}
+	}
+	_, err := fmt.Fprintln(w, "Repair them with: bucketbroker admin records repair --all (or KIND ID)")
+	return err
+}
+
+func newRepairCommand() *cobra.Command {
+	var f storeFlags
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "repair [KIND ID]",
+		Short: "Make unreadable records readable again",
+		Long: `Make unreadable records readable again: every object or array nested
+deeper than a record may be is replaced by null, the rest of the record is
+kept, and it is written back with a compare-and-swap on the version it was
+read at (a record changed in between is left for another run). The repaired
+record's parameters, context or bind_resource lose their too-deep part;
+its operation, backend names and credentials are as they were, so the
+platform can deprovision or unbind it as usual (a deprovision that waited
+for such a binding goes on when sent again).
+
+Safe while serve runs, on any number of replicas. Readable records are
+never changed.`,
+		Example: `  bucketbroker admin records repair --data-dir ./data --all
+  bucketbroker admin records repair binding 2f7c1e0a-9d4b-4d0e-8a53-6c1f0e2b9a77`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if all != (len(args) == 0) || (len(args) != 0 && len(args) != 2) {
+				return errors.New("give either KIND ID or --all")
+			}
+			if len(args) == 2 && args[0] != string(engine.KindInstance) && args[0] != string(engine.KindBinding) {
+				return fmt.Errorf("kind %q: want instance or binding", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, closeStore, err := f.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeStore()
+			var targets []engine.UnreadableRecord
+			if all {
+				if targets, err = store.FindUnreadable(cmd.Context(), s); err != nil {
+					return err
+				}
+			} else {
+				targets = []engine.UnreadableRecord{{Kind: engine.Kind(args[0]), ID: args[1]}}
+			}
+			out := cmd.OutOrStdout()
+			var failed []error
+			for _, u := range targets {
+				r, err := store.Repair(cmd.Context(), s, u.Kind, u.ID)
+				switch {
+				case errors.Is(err, store.ErrReadable):
+					fmt.Fprintf(out, "%s %s is readable: nothing to repair\n", u.Kind, u.ID)
+				case err != nil:
+					failed = append(failed, err)
+				default:
+					fmt.Fprintf(out, "%s %s repaired: %d values nested too deep replaced by null (now version %d)\n", u.Kind, u.ID, r.Pruned, r.Version)
+				}
+			}
+			if all && len(targets) == 0 {
+				fmt.Fprintln(out, "Every record is readable.")
+			}
+			return errors.Join(failed...)
+		},
+	}
+	f.bind(cmd)
+	cmd.Flags().BoolVar(&all, "all", false, "repair every unreadable record")
+	return cmd
 }

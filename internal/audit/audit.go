@@ -128,6 +128,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list the store: %w", err)
 	}
+	// List skips records it cannot read: judged without them, their
+	// buckets and users would be leaks, and --fix would delete them.
+	if u, ok := opts.Store.(engine.UnreadableReporter); ok {
+		if bad := u.Unreadable(); len(bad) > 0 {
+			return nil, fmt.Errorf("the store holds %d records it cannot read (the first: %s %s): without them their buckets and users would look leaked; "+
+				"repair them with `bucketbroker admin records repair --all`, then audit again", len(bad), bad[0].Kind, bad[0].ID)
+		}
+	}
 	rep := &Report{Prefix: opts.Prefix, Buckets: len(inv.Buckets), Users: len(inv.Users), Records: len(recs),
 		Findings: []Finding{}, Skipped: []Skipped{}} // [] in JSON, not null
 	j := newJudge(opts.Prefix, recs, rep)

@@ -3,6 +3,7 @@ package audit_test
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -445,5 +446,41 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRefusesUnreadableRecords: the store's List skips a record it cannot
+// decode, so an audit without it would take its binding's user for a leak
+// and --fix would delete a credential the platform holds. The audit refuses
+// to judge until the record is repaired.
+func TestRefusesUnreadableRecords(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "state.db")
+	st, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rec := &engine.Record{Kind: engine.KindBinding, ID: "b1", InstanceID: "i1", Fingerprint: "fp", Phase: engine.PhaseReady,
+		Op: engine.Operation{ID: "op", Type: engine.OpBind, State: engine.OpSucceeded}}
+	if err := st.Insert(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	deep := strings.Repeat(`{"a":`, 10000) + `{}` + strings.Repeat(`}`, 10000)
+	if _, err := db.Exec(`UPDATE records SET data = replace(data, '"fingerprint":', '"x":' || ? || ',"fingerprint":')`, deep); err != nil {
+		t.Fatal(err)
+	}
+	drv, err := s3iam.New(embedded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = audit.Run(ctx, audit.Options{Store: st, Driver: drv, Prefix: "bbunread"})
+	if err == nil || !strings.Contains(err.Error(), "cannot read") || !strings.Contains(err.Error(), "binding b1") {
+		t.Fatalf("audit with an unreadable record: %v, want a refusal naming it", err)
 	}
 }

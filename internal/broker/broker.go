@@ -140,6 +140,9 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 			return nil, err
 		}
 	}
+	for _, w := range cat.Warnings() {
+		b.log.Warn("Catalog leaves parameters unchecked", "catalog", cfg.CatalogFile, "detail", w)
+	}
 	catJSON, err := cat.JSON()
 	if err != nil {
 		return nil, fmt.Errorf("catalog: %w", err)
@@ -202,10 +205,24 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 		}
 		b.Generated.BrokerCredentials = true
 	}
+	unreadable := func() int { return 0 }
+	if rep, ok := b.store.(engine.UnreadableReporter); ok {
+		unreadable = func() int { return len(rep.Unreadable()) }
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "bucketbroker_store_unreadable_records",
+		Help: "Records the store cannot decode and skips; list and repair them with `bucketbroker admin records`.",
+	}, func() float64 { return float64(unreadable()) }))
 	h, err := osb.NewHandler(osb.Options{
 		Instances: b.engine, Bindings: b.engine, Catalog: catJSON,
 		Username: b.Username, Password: b.Password, Logger: b.log,
 		Registerer: reg, Gatherer: reg, Ready: b.ready(drv),
+		Warnings: func() []string {
+			if n := unreadable(); n > 0 {
+				return []string{fmt.Sprintf("%d records in the store cannot be read and are skipped: run `bucketbroker admin records`", n)}
+			}
+			return nil
+		},
 	})
 	if err != nil {
 		return nil, err

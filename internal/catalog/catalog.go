@@ -265,6 +265,41 @@ func compile(name string, in *InputSchema) (*jsonschema.Schema, error) {
 	return s, nil
 }
 
+// Warnings lists what a catalog leaves open that it should not: a plan
+// without a schema for the parameters of provision, update or (when
+// bindable) bind accepts any JSON object there, within the broker's own
+// limits of size and nesting. The built-in catalog has none; bucketbroker
+// serve logs them for a catalog of the operator's.
+func (c *Catalog) Warnings() []string {
+	var out []string
+	for _, s := range c.Services {
+		for _, p := range s.Plans {
+			var missing []string
+			if p.create == nil {
+				missing = append(missing, "provision")
+			}
+			if p.update == nil {
+				missing = append(missing, "update")
+			}
+			if p.bindable() && p.bind == nil {
+				missing = append(missing, "bind")
+			}
+			if len(missing) > 0 {
+				out = append(out, fmt.Sprintf("plan %q of service %q has no parameters schema for %s: any JSON object is accepted there",
+					p.Name, s.Name, strings.Join(missing, ", ")))
+			}
+		}
+	}
+	return out
+}
+
+func (p *Plan) bindable() bool {
+	if p.Bindable != nil {
+		return *p.Bindable
+	}
+	return p.service.Bindable
+}
+
 // Lookup returns the plan with the given ids, or an error wrapping
 // ErrUnknown that says which id is unknown.
 func (c *Catalog) Lookup(serviceID, planID string) (*Plan, error) {

@@ -153,3 +153,87 @@ func TestParseRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultCatalogSchemas: every built-in plan states what it accepts for
+// provision, update and bind; a plan without a binding schema accepted any
+// object as binding parameters, which end users reach.
+func TestDefaultCatalogSchemas(t *testing.T) {
+	c := Default()
+	if w := c.Warnings(); len(w) != 0 {
+		t.Errorf("built-in catalog warnings:\n%s", strings.Join(w, "\n"))
+	}
+	for _, s := range c.Services {
+		for _, p := range s.Plans {
+			for purpose, params := range map[string]string{
+				ForCreate: `{"unknown":{"a":1}}`,
+				ForUpdate: `{"unknown":{"a":1}}`,
+				ForBind:   `{"unknown":{"a":1}}`,
+			} {
+				if err := p.Validate(purpose, json.RawMessage(params)); err == nil {
+					t.Errorf("plan %s accepts unknown %s parameters", p.Name, purpose)
+				}
+			}
+		}
+	}
+}
+
+// TestDefaultCatalogLabels: the labels schema states S3's tag character
+// set and lengths (driver.CheckTags holds the byte length, which JSON
+// Schema cannot state).
+func TestDefaultCatalogLabels(t *testing.T) {
+	p, err := Default().Lookup(svc, standard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for value, ok := range map[string]bool{
+		`"data-eng"`:                         true,
+		`"Größe über 5 ünd 日本"`:              true,
+		`"a_b.c:d/e=f+g-h@i j"`:              true,
+		`""`:                                 true,
+		`"☃"`:                                false,
+		`"a&b"`:                              false,
+		`"a,b"`:                              false,
+		`"a\u0001b"`:                         false,
+		`"a\tb"`:                             false,
+		`"` + strings.Repeat("x", 257) + `"`: false,
+	} {
+		err := p.Validate(ForCreate, json.RawMessage(`{"labels":{"k":`+value+`}}`))
+		if (err == nil) != ok {
+			t.Errorf("label value %s: Validate = %v, want ok=%v", value, err, ok)
+		}
+	}
+}
+
+func TestUserCatalogWarnings(t *testing.T) {
+	c, err := Parse([]byte(`
+services:
+  - id: s
+    name: svc
+    description: d
+    bindable: true
+    plans:
+      - id: p1
+        name: loose
+        description: no schemas
+      - id: p2
+        name: unbindable
+        description: provision schema only
+        bindable: false
+        schemas:
+          service_instance:
+            create:
+              parameters: {type: object}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(c.Warnings(), "\n")
+	for _, want := range []string{
+		`plan "loose" of service "svc" has no parameters schema for provision, update, bind`,
+		`plan "unbindable" of service "svc" has no parameters schema for update:`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("warnings:\n%s\nwant a line containing %q", got, want)
+		}
+	}
+}

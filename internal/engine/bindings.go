@@ -46,6 +46,9 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 	}
 	r := Request{ServiceID: req.ServiceID, PlanID: req.PlanID, Parameters: params,
 		AppGUID: req.AppGUID, BindResource: bindResource, Context: req.Context}
+	if err := checkFreeForm(r); err != nil {
+		return BindResult{}, err
+	}
 	fp := fingerprint(req.InstanceID, r)
 
 	for range maxCASRetries {

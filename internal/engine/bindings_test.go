@@ -99,7 +99,7 @@ func testBindStatusTable(t *testing.T, h *harness) {
 	t.Run("failed: same -> retried, different -> 409", func(t *testing.T) {
 		h.drv.hook("EnsureCredential", func(context.Context) error { return fmt.Errorf("injected: %w", driver.ErrInvalid) })
 		b := inst + "/service_bindings/" + newID()
-		h.want(h.do("PUT", b, rw), http.StatusInternalServerError, "failing bind")
+		h.want(h.do("PUT", b, rw), http.StatusUnprocessableEntity, "failing bind (refused for good: the request's error)")
 		h.want(h.do("PUT", b, ro), http.StatusConflict, "different after failure")
 		h.drv.hook("EnsureCredential", nil)
 		h.want(h.do("PUT", b, rw), http.StatusCreated, "retry after failure")

@@ -86,6 +86,9 @@ type Engine struct {
 	workers     map[string]*worker
 	changed     map[string]chan struct{}
 	wg          sync.WaitGroup
+	// unreadable maps the records reportUnreadable has logged to the
+	// version logged (under mu).
+	unreadable map[string]int64
 }
 
 // worker is the one goroutine driving a record's operations in this process.
@@ -176,6 +179,7 @@ func (e *Engine) sweep(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list unfinished operations: %w", err)
 	}
+	e.reportUnreadable(ctx)
 	now := time.Now()
 	for _, r := range recs {
 		if r.Lease != "" && r.Lease != e.replica && now.Before(r.LeaseUntil) {

@@ -129,7 +129,11 @@ func (d *hookDriver) EnsureCredential(ctx context.Context, s driver.CredentialSp
 	if err := d.call(ctx, "EnsureCredential"); err != nil {
 		return driver.Credential{}, err
 	}
-	return d.Driver.EnsureCredential(ctx, s)
+	c, err := d.Driver.EnsureCredential(ctx, s)
+	if err != nil {
+		return c, err
+	}
+	return c, d.call(ctx, "EnsureCredential/after")
 }
 
 func (d *hookDriver) RevokeCredential(ctx context.Context, user, owner string) error {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
@@ -46,6 +47,12 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 		}
 		if err := plan.Validate(catalog.ForCreate, params); err != nil {
 			return invalidf("%v", err)
+		}
+		if err := checkFreeForm(r); err != nil {
+			return err
+		}
+		if err := checkLabels(params); err != nil {
+			return err
 		}
 		validated = true
 		return nil
@@ -180,6 +187,9 @@ func (e *Engine) awaitOutcome(ctx context.Context, rec *Record, done Outcome, ch
 	if end.Op.ID != opID {
 		return Result{}, nil, fmt.Errorf("%w: %s %s was superseded by %s", ErrConcurrency, rec.Kind, rec.ID, end.Op.Type)
 	}
+	if end.Op.State == OpFailed && end.Op.Refused {
+		return Result{}, nil, fmt.Errorf("%w: %s", ErrUnprocessable, end.Op.Description)
+	}
 	if end.Op.State == OpFailed {
 		return Result{}, nil, fmt.Errorf("%w: %s", ErrFailed, end.Op.Description)
 	}
@@ -291,6 +301,13 @@ func (e *Engine) updateTarget(ctx context.Context, rec *Record, req UpdateReques
 	if len(req.Context) > 0 {
 		t.Context = req.Context
 	}
+	// The merge can grow the parameters past what one request may send.
+	if err := checkFreeForm(t); err != nil {
+		return Request{}, nil, err
+	}
+	if err := checkLabels(merged); err != nil {
+		return Request{}, nil, err
+	}
 	return t, plan, nil
 }
 
@@ -306,6 +323,11 @@ func (e *Engine) bindingsForbid(ctx context.Context, instanceID string, plan *ca
 			return fmt.Errorf("%w: binding %s has %s access, which plan %q does not allow; unbind it first",
 				ErrUnprocessable, b.ID, b.Access, plan.Name)
 		}
+	}
+	// List skipped the bindings it cannot read: their access is unknown.
+	if ids := e.unreadableBindings(instanceID); len(ids) > 0 {
+		return fmt.Errorf("%w: bindings %s cannot be read, so whether plan %q allows them is unknown; repair them with `bucketbroker admin records repair` first",
+			ErrUnprocessable, strings.Join(ids, ", "), plan.Name)
 	}
 	return nil
 }

@@ -86,7 +86,8 @@ func testProvisionStatusTable(t *testing.T, h *harness) {
 		h.drv.hook("EnsureBucket", func(context.Context) error { return fmt.Errorf("injected: %w", driver.ErrInvalid) })
 		id := instancePth + newID()
 		r := h.do("PUT", id, std)
-		h.want(r, http.StatusInternalServerError, "sync provision with a permanent backend error")
+		// A refusal for good is the request's error: 422, not 500.
+		h.want(r, http.StatusUnprocessableEntity, "sync provision with a permanent backend error")
 		r = h.want(h.do("PUT", async(id), other), http.StatusConflict, "different after failure")
 		h.drv.hook("EnsureBucket", nil)
 		r = h.want(h.do("PUT", async(id), std), http.StatusAccepted, "retry after failure")

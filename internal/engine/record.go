@@ -1,9 +1,13 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
 // Kind is the kind of resource a Record describes.
@@ -69,6 +73,10 @@ type Operation struct {
 	EndedAt  time.Time `json:"endedAt,omitzero"`
 	// Target is the request an update applies (plan and parameters).
 	Target *Request `json:"target,omitempty"`
+	// Refused marks a failed operation that the backend refused for good
+	// (driver.ErrInvalid: a 4xx no retry fixes): the request's error, not
+	// the broker's, answered 422 instead of 500.
+	Refused bool `json:"refused,omitempty"`
 }
 
 // Finished reports whether the operation has ended.
@@ -208,4 +216,166 @@ func cloneBytes[T ~[]byte](b T) T {
 		return nil
 	}
 	return append(T(nil), b...)
+}
+
+// Limits of the free-form JSON a request carries (parameters, context,
+// bind_resource) and the engine keeps in its record. A record nests each of
+// them a few levels deep, so a value near encoding/json's own nesting limit
+// (10000) would be accepted and stored, and then could never be read back.
+// The door refuses anything beyond these limits with 400, and the engine
+// checks them again before it writes (the merged parameters of an update
+// included); the store refuses to write a record it could not read back.
+const (
+	// MaxFreeFormDepth is the deepest nesting of objects and arrays one
+	// field may have; the object itself is level 1.
+	MaxFreeFormDepth = 32
+	// MaxFreeFormBytes is the largest one field may be, as sent.
+	MaxFreeFormBytes = 64 << 10
+)
+
+// CheckFreeForm reports whether raw, a JSON value, stays within
+// MaxFreeFormDepth and MaxFreeFormBytes. name goes into the message, which
+// never repeats the value.
+func CheckFreeForm(name string, raw []byte) error {
+	if len(raw) > MaxFreeFormBytes {
+		return fmt.Errorf("%s is %d bytes, more than the %d allowed", name, len(raw), MaxFreeFormBytes)
+	}
+	if d := JSONDepth(raw); d > MaxFreeFormDepth {
+		return fmt.Errorf("%s nests objects and arrays %d levels deep, more than the %d allowed", name, d, MaxFreeFormDepth)
+	}
+	return nil
+}
+
+// JSONDepth returns the deepest nesting of objects and arrays in b, a JSON
+// text (0 for a scalar), without decoding it: decoding is what fails on a
+// text nested too deep. Brackets inside strings do not count. For text that
+// is not valid JSON the result is some number, not an error.
+func JSONDepth(b []byte) int {
+	depth, deepest := 0, 0
+	inString, escaped := false, false
+	for _, c := range b {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return deepest
+}
+
+// UnreadableRecord is a stored record that cannot be decoded: written by an
+// older version before the limits above existed, or damaged outside
+// bucketbroker. Stores skip it in List (so that one such record never stops
+// start-up, the sweep or another record's operation) and report it.
+type UnreadableRecord struct {
+	Kind Kind   `json:"kind"`
+	ID   string `json:"id"`
+	// InstanceID is the instance of a binding, from the store's column.
+	InstanceID string `json:"instanceId,omitempty"`
+	Version    int64  `json:"version"`
+	// Error says why it cannot be decoded.
+	Error string `json:"error"`
+}
+
+// UnreadableReporter is a Store that skips unreadable records in List and
+// reports those it has come across.
+type UnreadableReporter interface {
+	// Unreadable returns the records the store's reads found unreadable
+	// and have not since found readable, ordered by kind and id.
+	Unreadable() []UnreadableRecord
+}
+
+// checkFreeForm applies CheckFreeForm to every free-form field of r, as
+// the engine will store it (an update's merged parameters included).
+func checkFreeForm(r Request) error {
+	for _, f := range []struct {
+		name string
+		raw  []byte
+	}{{"parameters", r.Parameters}, {"context", r.Context}, {"bind_resource", r.BindResource}} {
+		if err := CheckFreeForm(f.name, f.raw); err != nil {
+			return invalidf("%v", err)
+		}
+	}
+	return nil
+}
+
+// checkLabels refuses labels (instance parameters, already past the plan's
+// schema, which a catalog may leave loose) that the backend would refuse as
+// bucket tags, before anything is recorded or created.
+func checkLabels(params []byte) error {
+	var p instanceParams
+	if err := decodeParams(params, &p); err != nil {
+		return invalidf("parameters: %v", err)
+	}
+	if err := driver.CheckTags(p.Labels, 1); err != nil { // 1: the owner mark
+		return invalidf("labels: %v", err)
+	}
+	return nil
+}
+
+// reportUnreadable logs each record the store skipped as unreadable, once
+// per version, and forgets those that read again (repaired since: the
+// store's Get then takes them off its list too). The sweep calls it, so
+// that an operator hears of such a record within a sweep interval.
+func (e *Engine) reportUnreadable(ctx context.Context) {
+	rep, ok := e.store.(UnreadableReporter)
+	if !ok {
+		return
+	}
+	seen := map[string]bool{}
+	for _, u := range rep.Unreadable() {
+		if _, err := e.store.Get(ctx, u.Kind, u.ID); err == nil || errors.Is(err, ErrNotFound) || ctx.Err() != nil {
+			continue
+		}
+		k := key(u.Kind, u.ID)
+		seen[k] = true
+		e.mu.Lock()
+		logged, known := e.unreadable[k]
+		if e.unreadable == nil {
+			e.unreadable = map[string]int64{}
+		}
+		e.unreadable[k] = u.Version
+		e.mu.Unlock()
+		if !known || logged != u.Version {
+			e.log.Error("Record cannot be read and is skipped; see it with `bucketbroker admin records`, repair it with `bucketbroker admin records repair`",
+				"kind", u.Kind, "id", u.ID, "instance", u.InstanceID, "version", u.Version, "error", u.Error)
+		}
+	}
+	e.mu.Lock()
+	for k := range e.unreadable {
+		if !seen[k] {
+			delete(e.unreadable, k)
+		}
+	}
+	e.mu.Unlock()
+}
+
+// unreadableBindings returns the ids of the instance's bindings that the
+// store skipped as unreadable: a deprovision must not delete the bucket
+// while one of them may still hold a live credential.
+func (e *Engine) unreadableBindings(instanceID string) []string {
+	rep, ok := e.store.(UnreadableReporter)
+	if !ok {
+		return nil
+	}
+	var ids []string
+	for _, u := range rep.Unreadable() {
+		if u.Kind == KindBinding && u.InstanceID == instanceID {
+			ids = append(ids, u.ID)
+		}
+	}
+	return ids
 }

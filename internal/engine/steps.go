@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
@@ -75,6 +76,10 @@ func (e *Engine) finish(ctx context.Context, rec *Record, err error) error {
 		op.State, op.Description = OpSucceeded, string(op.Type)+" succeeded"
 	} else {
 		op.State, op.Description = OpFailed, fmt.Sprintf("%s failed: %v", op.Type, err)
+		// The backend refused the request for good (an invalid tag, an
+		// option it does not have): the request's fault, not ours, and
+		// answered so (422), never as the broker's own failure (500).
+		op.Refused = errors.Is(err, driver.ErrInvalid)
 	}
 	ok := err == nil
 	switch op.Type {
@@ -132,6 +137,12 @@ func (e *Engine) provision(ctx context.Context, rec *Record) error {
 		return e.driver.EnsureBucket(ctx, driver.BucketSpec{Name: rec.Bucket, Owner: rec.Owner, Tags: p.Labels, AdoptUnmarked: true,
 			Versioning: e.versioning(rec.Request)})
 	})
+	if errors.Is(err, driver.ErrInvalid) {
+		// Refused for good, perhaps after the bucket was created (S3
+		// creates, then tags, then turns on versioning): the platform
+		// hears a client error and will not clean up, so remove it.
+		return e.removeRefused(ctx, rec, err)
+	}
 	if err != nil {
 		return e.fail(ctx, rec, err)
 	}
@@ -253,10 +264,18 @@ func (e *Engine) revokeBindings(ctx context.Context, inst *Record) error {
 				e.interrupt(KindBinding, b.ID)
 			}
 		}
+		// A binding the store cannot read is skipped by List, but its
+		// user may hold a live key: wait for its repair, and say so.
+		unreadable := e.unreadableBindings(inst.ID)
+		pending += len(unreadable)
 		if pending == 0 {
 			return nil
 		}
 		if time.Now().After(inst.Op.Deadline) {
+			if len(unreadable) > 0 {
+				return giveUp{fmt.Errorf("%d of its bindings could not be revoked before the deadline (%d failed; %s cannot be read: repair with `bucketbroker admin records repair`, then deprovision again)",
+					pending, failed, strings.Join(unreadable, ", "))}
+			}
 			return giveUp{fmt.Errorf("%d of its bindings could not be revoked before the deadline (%d failed)", pending, failed)}
 		}
 		if err := e.renew(ctx, inst); err != nil {
@@ -300,6 +319,11 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 		})
 		return err
 	})
+	if errors.Is(err, driver.ErrInvalid) {
+		// As for a refused bucket: the user (and a key) may exist by now,
+		// and nobody would ever revoke them.
+		return e.revokeRefused(ctx, rec, err)
+	}
 	if err != nil {
 		return e.fail(ctx, rec, err)
 	}
@@ -351,6 +375,76 @@ func (e *Engine) unbind(ctx context.Context, rec *Record) error {
 	rec.UserAttempted = false
 	crashpoint.Hit("unbind/user-revoked")
 	return e.finish(ctx, rec, nil)
+}
+
+// removeRefused ends a provision the backend refused for good (refused
+// wraps driver.ErrInvalid), after deleting the bucket it may have created
+// before the refusal. Only a bucket of ours is deleted: with our mark, or
+// unmarked with the attempt recorded (marked first, as a deprovision does);
+// never one with objects in it. If the deletion cannot be done by the
+// deadline the provision still fails as refused, saying the bucket is
+// left for the deprovision; if the worker is interrupted, the operation
+// stays in progress and its next run is refused, and removes, again.
+func (e *Engine) removeRefused(ctx context.Context, rec *Record, refused error) error {
+	if !rec.BucketAttempted {
+		return e.finish(ctx, rec, refused)
+	}
+	err := e.step(ctx, rec, "remove refused bucket", func(ctx context.Context) error {
+		err := e.driver.DeleteBucket(ctx, rec.Bucket, rec.Owner, false)
+		if errors.Is(err, driver.ErrOwnedByOther) {
+			if err = e.adoptBucket(ctx, rec); err == nil {
+				err = e.driver.DeleteBucket(ctx, rec.Bucket, rec.Owner, false)
+			}
+		}
+		return err
+	})
+	if e.interrupted(ctx, err) {
+		return err
+	}
+	if err != nil {
+		e.log.Warn("Cannot remove the bucket of a refused provision; a deprovision removes it", "id", rec.ID, "bucket", rec.Bucket, "error", err)
+		return e.finish(ctx, rec, fmt.Errorf("%w; its bucket %q is left until the instance is deprovisioned", refused, rec.Bucket))
+	}
+	rec.BucketAttempted = false // nothing of ours is left under the name
+	return e.finish(ctx, rec, refused)
+}
+
+// revokeRefused is removeRefused for a bind: it revokes the user (and any
+// key) a refused EnsureCredential may have left, then ends the bind.
+func (e *Engine) revokeRefused(ctx context.Context, rec *Record, refused error) error {
+	if !rec.UserAttempted {
+		return e.finish(ctx, rec, refused)
+	}
+	err := e.step(ctx, rec, "revoke refused credential", func(ctx context.Context) error {
+		err := e.driver.RevokeCredential(ctx, rec.UserName, rec.Owner)
+		if errors.Is(err, driver.ErrOwnedByOther) {
+			if err = e.adoptUser(ctx, rec); err == nil {
+				err = e.driver.RevokeCredential(ctx, rec.UserName, rec.Owner)
+			}
+		}
+		return err
+	})
+	if e.interrupted(ctx, err) {
+		return err
+	}
+	if err != nil {
+		e.log.Warn("Cannot revoke the user of a refused bind; an unbind revokes it", "id", rec.ID, "user", rec.UserName, "error", err)
+		return e.finish(ctx, rec, fmt.Errorf("%w; its user %q is left until the binding is unbound", refused, rec.UserName))
+	}
+	rec.UserAttempted = false
+	rec.AccessKeyID, rec.SealedSecret = "", nil
+	return e.finish(ctx, rec, refused)
+}
+
+// interrupted reports whether err only means that the worker was halted,
+// superseded or stopped (as fail tells them apart): the operation is not
+// over, and must not be ended.
+func (e *Engine) interrupted(ctx context.Context, err error) bool {
+	if err == nil {
+		return false
+	}
+	var g giveUp
+	return !errors.As(err, &g) && (e.halted(ctx) || errors.Is(err, ErrStale) || errors.Is(err, errHalted) || errors.Is(err, context.Canceled))
 }
 
 // adoptBucket marks an unmarked bucket under rec's name as rec's; a bucket

@@ -41,6 +41,13 @@ func decodeBind(r *http.Request) (engine.BindRequest, error) {
 	if err := require(field{"service_id", b.ServiceID}, field{"plan_id", b.PlanID}); err != nil {
 		return engine.BindRequest{}, err
 	}
+	if err := bounded(field{"service_id", b.ServiceID}, field{"plan_id", b.PlanID}, field{"app_guid", b.AppGUID}); err != nil {
+		return engine.BindRequest{}, err
+	}
+	ident, err := identity(r)
+	if err != nil {
+		return engine.BindRequest{}, err
+	}
 	bindResource, err := object("bind_resource", b.BindResource)
 	if err != nil {
 		return engine.BindRequest{}, err
@@ -63,7 +70,7 @@ func decodeBind(r *http.Request) (engine.BindRequest, error) {
 		Parameters:        params,
 		Context:           osbContext,
 		AcceptsIncomplete: async,
-		Identity:          r.Header.Get(keyOriginatingIdentity),
+		Identity:          ident,
 	}, nil
 }
 
@@ -76,13 +83,17 @@ func decodeUnbind(r *http.Request) (engine.UnbindRequest, error) {
 	if err != nil {
 		return engine.UnbindRequest{}, err
 	}
+	ident, err := identity(r)
+	if err != nil {
+		return engine.UnbindRequest{}, err
+	}
 	return engine.UnbindRequest{
 		InstanceID:        instanceID,
 		BindingID:         bindingID,
 		ServiceID:         serviceID,
 		PlanID:            planID,
 		AcceptsIncomplete: async,
-		Identity:          r.Header.Get(keyOriginatingIdentity),
+		Identity:          ident,
 	}, nil
 }
 

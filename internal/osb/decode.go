@@ -13,6 +13,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/bucketbroker/bucketbroker/internal/engine"
 )
 
 // Version bounds: 2.13 is the oldest version whose semantics (async
@@ -214,6 +216,39 @@ func require(fields ...field) error {
 	return badRequest("missing required %s: %s", plural(len(missing), "field"), strings.Join(missing, ", "))
 }
 
+// bounded reports every field longer than maxIDBytes. The engine stores
+// these strings in the record (service and plan ids, the organization,
+// space and app guids), so their size is bounded like the ids'.
+func bounded(fields ...field) error {
+	for _, f := range fields {
+		if len(f.value) > maxIDBytes {
+			return badRequest("%s must be at most %d bytes", f.name, maxIDBytes)
+		}
+	}
+	return nil
+}
+
+// maxIdentityBytes bounds X-Broker-API-Originating-Identity, which every
+// operation records and a record keeps for its last few operations.
+const maxIdentityBytes = 16 << 10
+
+// identity returns the X-Broker-API-Originating-Identity header: a
+// platform name and a base64 value, so printable ASCII, at most
+// maxIdentityBytes. Anything else would cost a record up to six bytes of
+// JSON per byte, for every operation it keeps.
+func identity(r *http.Request) (string, error) {
+	v := r.Header.Get(keyOriginatingIdentity)
+	if len(v) > maxIdentityBytes {
+		return "", badRequest("%s must be at most %d bytes", headerOriginatingIdentity, maxIdentityBytes)
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] > 0x7e {
+			return "", badRequest("%s must be printable ASCII (a platform name and a base64 value)", headerOriginatingIdentity)
+		}
+	}
+	return v, nil
+}
+
 func plural(n int, word string) string {
 	if n == 1 {
 		return word
@@ -222,7 +257,9 @@ func plural(n int, word string) string {
 }
 
 // object returns an optional JSON object field: nil when absent or null, the
-// object when it is one, and a bad request otherwise.
+// object when it is one and within the engine's limits of size and nesting
+// (engine.CheckFreeForm: the engine stores it inside a record, which must
+// stay readable), and a bad request otherwise.
 func object(name string, raw json.RawMessage) (json.RawMessage, error) {
 	t := bytes.TrimSpace(raw)
 	if len(t) == 0 || string(t) == "null" {
@@ -230,6 +267,9 @@ func object(name string, raw json.RawMessage) (json.RawMessage, error) {
 	}
 	if t[0] != '{' {
 		return nil, badRequest("field %q must be a JSON object", name)
+	}
+	if err := engine.CheckFreeForm(fmt.Sprintf("field %q", name), t); err != nil {
+		return nil, badRequest("%v", err)
 	}
 	return t, nil
 }

@@ -14,8 +14,11 @@
 //     "true", "false" or absent) and the JSON body, limited to MaxBodyBytes
 //     (413), are decoded into an engine request. Missing or empty required
 //     fields, wrong JSON types and parameters, context or bind_resource that
-//     are not objects are a 400 whose description names the field but never
-//     echoes a value. A request that fails here never reaches the engine.
+//     are not objects, or nest deeper or are larger than the engine's limits
+//     for free-form values (engine.CheckFreeForm: the engine stores them
+//     inside a record, which must stay readable), are a 400 whose
+//     description names the field but never echoes a value. A request that
+//     fails here never reaches the engine.
 //  3. Call the engine, once, with the decoded request; the
 //     X-Broker-API-Originating-Identity header travels along as Identity.
 //  4. Map the answer. An engine Outcome becomes 201, 202 (with the operation
@@ -31,7 +34,8 @@
 // plan schemas, and does not canonicalize parameters (the engine
 // fingerprints them). The catalog is served byte for byte as configured.
 //
-// Besides /v2, the handler serves /healthz (always 200), /readyz (Ready) and
+// Besides /v2, the handler serves /healthz (always 200), /readyz (Ready,
+// with Warnings that need an operator but do not make it unready) and
 // /metrics (the Gatherer), without authentication. Each request produces
 // exactly one log line (ERROR for a 5xx; a 409, 410 or 422 is an ordinary
 // answer and logged at INFO; successful probes at DEBUG) and one sample of

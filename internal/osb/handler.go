@@ -54,6 +54,11 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Ready answers /readyz; nil means always ready.
 	Ready func(ctx context.Context) error
+	// Warnings, if set, are shown in a ready /readyz answer: conditions an
+	// operator must act on that do not stop this replica from serving
+	// (a record the store cannot read). /readyz is unauthenticated: they
+	// must not name ids or carry causes.
+	Warnings func() []string
 	// MaxBodyBytes limits request bodies; zero means 1 MiB.
 	MaxBodyBytes int64
 }
@@ -109,6 +114,7 @@ type Handler struct {
 	userHash, passHash [sha256.Size]byte
 	log                *slog.Logger
 	ready              func(ctx context.Context) error
+	warnings           func() []string
 	maxBody            int64
 	metrics            *metrics
 }
@@ -136,6 +142,7 @@ func NewHandler(opts Options) (*Handler, error) {
 		passHash:  sha256.Sum256([]byte(opts.Password)),
 		log:       opts.Logger,
 		ready:     opts.Ready,
+		warnings:  opts.Warnings,
 		maxBody:   opts.MaxBodyBytes,
 		metrics:   newMetrics(),
 	}
@@ -336,11 +343,16 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, statusBody{Status: "ok"})
+	body := statusBody{Status: "ok"}
+	if h.warnings != nil {
+		body.Warnings = h.warnings()
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 type statusBody struct {
-	Status string `json:"status"`
+	Status   string   `json:"status"`
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // requestInfo carries what the route learned back to the log line.

@@ -291,6 +291,7 @@ func TestProbes(t *testing.T) {
 	cases := map[string]struct {
 		reason   string
 		ready    func(context.Context) error
+		warnings []string
 		path     string
 		want     int
 		wantBody string
@@ -311,6 +312,11 @@ func TestProbes(t *testing.T) {
 			reason: "Ready failing is 503, and the cause stays in the log", ready: func(context.Context) error { return errDown },
 			path: "/readyz", want: http.StatusServiceUnavailable, wantBody: `{"status":"not ready"}`,
 		},
+		"readyz with a warning": {
+			reason: "a warning shows in a ready answer and does not make it unready", ready: func(context.Context) error { return nil },
+			warnings: []string{"1 record cannot be read"},
+			path:     "/readyz", want: http.StatusOK, wantBody: `{"status":"ok","warnings":["1 record cannot be read"]}`,
+		},
 		"readyz has a deadline": {
 			reason: "the check gets a context with a deadline",
 			ready: func(ctx context.Context) error {
@@ -324,7 +330,12 @@ func TestProbes(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			b := newBroker(t, &fakeEngine{}, func(o *Options) { o.Ready = tc.ready })
+			b := newBroker(t, &fakeEngine{}, func(o *Options) {
+				o.Ready = tc.ready
+				if tc.warnings != nil {
+					o.Warnings = func() []string { return tc.warnings }
+				}
+			})
 			res := b.do(t, request{method: http.MethodGet, path: tc.path, noAuth: true, noVersion: true})
 			if res.status != tc.want || string(res.body) != tc.wantBody {
 				t.Errorf("GET %s = %d %s, want %d %s: %s", tc.path, res.status, res.body, tc.want, tc.wantBody, tc.reason)

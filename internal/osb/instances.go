@@ -68,6 +68,14 @@ func decodeProvision(r *http.Request) (engine.ProvisionRequest, error) {
 	); err != nil {
 		return engine.ProvisionRequest{}, err
 	}
+	if err := bounded(field{"service_id", b.ServiceID}, field{"plan_id", b.PlanID},
+		field{"organization_guid", b.OrganizationGUID}, field{"space_guid", b.SpaceGUID}); err != nil {
+		return engine.ProvisionRequest{}, err
+	}
+	ident, err := identity(r)
+	if err != nil {
+		return engine.ProvisionRequest{}, err
+	}
 	params, err := object("parameters", b.Parameters)
 	if err != nil {
 		return engine.ProvisionRequest{}, err
@@ -85,7 +93,7 @@ func decodeProvision(r *http.Request) (engine.ProvisionRequest, error) {
 		Parameters:        params,
 		Context:           osbContext,
 		AcceptsIncomplete: async,
-		Identity:          r.Header.Get(keyOriginatingIdentity),
+		Identity:          ident,
 	}, nil
 }
 
@@ -105,6 +113,13 @@ func decodeUpdate(r *http.Request) (engine.UpdateRequest, error) {
 	if err := require(field{"service_id", b.ServiceID}); err != nil {
 		return engine.UpdateRequest{}, err
 	}
+	if err := bounded(field{"service_id", b.ServiceID}, field{"plan_id", b.PlanID}); err != nil {
+		return engine.UpdateRequest{}, err
+	}
+	ident, err := identity(r)
+	if err != nil {
+		return engine.UpdateRequest{}, err
+	}
 	params, err := object("parameters", b.Parameters)
 	if err != nil {
 		return engine.UpdateRequest{}, err
@@ -121,7 +136,7 @@ func decodeUpdate(r *http.Request) (engine.UpdateRequest, error) {
 		Parameters:        params,
 		Context:           osbContext,
 		AcceptsIncomplete: async,
-		Identity:          r.Header.Get(keyOriginatingIdentity),
+		Identity:          ident,
 	}, nil
 }
 
@@ -134,12 +149,16 @@ func decodeDeprovision(r *http.Request) (engine.DeprovisionRequest, error) {
 	if err != nil {
 		return engine.DeprovisionRequest{}, err
 	}
+	ident, err := identity(r)
+	if err != nil {
+		return engine.DeprovisionRequest{}, err
+	}
 	return engine.DeprovisionRequest{
 		InstanceID:        id,
 		ServiceID:         serviceID,
 		PlanID:            planID,
 		AcceptsIncomplete: async,
-		Identity:          r.Header.Get(keyOriginatingIdentity),
+		Identity:          ident,
 	}, nil
 }
 

@@ -41,7 +41,35 @@ func Encode(r *engine.Record) ([]byte, error) {
 	if err := enc.Encode(r); err != nil {
 		return nil, fmt.Errorf("encode record: %w", err)
 	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+	data := bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+	if err := checkReadable(data); err != nil {
+		return nil, fmt.Errorf("encode record: %w", err)
+	}
+	return data, nil
+}
+
+// Limits of the JSON a store writes. A record's own structure nests 4
+// levels (record, operation, target, parameters) above the free-form values
+// it carries, which the engine bounds (engine.MaxFreeFormDepth and
+// MaxFreeFormBytes, several of them a record); these bounds leave room for
+// that and stay far below what Decode can read (encoding/json stops at
+// 10000 levels).
+const (
+	MaxRecordDepth = 64
+	MaxRecordBytes = 1 << 20
+)
+
+// checkReadable refuses a record Decode could not read back, or that is
+// beyond what the engine ever writes: a store never writes such a record,
+// because one unreadable record would answer 503 for its id forever.
+func checkReadable(data []byte) error {
+	if len(data) > MaxRecordBytes {
+		return fmt.Errorf("%d bytes, more than the %d a record may have", len(data), MaxRecordBytes)
+	}
+	if d := engine.JSONDepth(data); d > MaxRecordDepth {
+		return fmt.Errorf("nests %d levels deep, more than the %d a record may", d, MaxRecordDepth)
+	}
+	return nil
 }
 
 func utcOp(o *engine.Operation) {

@@ -5,4 +5,11 @@
 // beside a few indexed columns (kind, id, instance, phase, operation state,
 // version). Writing the same bytes on both lets the shared conformance suite
 // (store/storetest) hold them to the same round trip, byte for byte.
+//
+// Encode refuses a record Decode could not read back, or that is beyond
+// what the engine ever writes (MaxRecordDepth, MaxRecordBytes), so a store
+// never writes one. A record that cannot be decoded anyway (an older
+// version's) must not stop anything: the stores' List skips it and notes
+// it in their Unreadables, and FindUnreadable and Repair, on a RawStore,
+// are what `bucketbroker admin records` lists and repairs them with.
 package store

@@ -97,6 +97,11 @@ func (d *Driver) ensureMarkedBucket(ctx context.Context, spec driver.BucketSpec)
 		}
 		want[k] = v
 	}
+	// Before any call: a tag set the server refuses would otherwise be
+	// refused after the bucket was created.
+	if err := driver.CheckTags(spec.Tags, 1); err != nil {
+		return false, fmt.Errorf("bucket %q: %w", spec.Name, err)
+	}
 
 	if d.createFirst {
 		// The common case, a new bucket, in two calls as it would be by hand.
@@ -173,7 +178,7 @@ func (d *Driver) ensureVersioning(ctx context.Context, name string, created bool
 // VersioningNotConfigured when started without a versioning directory.
 func mapVersioningErr(err error, format string, args ...any) error {
 	if hasCode(err, codesNoVersioning...) {
-		return fmt.Errorf("%s: the server does not support versioning: %w (%w)", fmt.Sprintf(format, args...), driver.ErrInvalid, err)
+		return &refusal{msg: fmt.Sprintf(format, args...), note: "the server does not support versioning", err: err}
 	}
 	return mapBucketErr(err, format, args...)
 }

@@ -59,9 +59,14 @@
 // (three attempts with backoff). Errors are classified by API error code:
 // missing things (NoSuchBucket, NoSuchTagSet, NoSuchEntity) are states, not
 // errors; BucketAlreadyExists is driver.ErrOwnedByOther; refusals no retry
-// can fix (InvalidBucketName, InvalidTag, ValidationError,
-// MalformedPolicyDocument) wrap driver.ErrInvalid. Secrets never appear in
-// errors. Observe with an empty request checks both endpoints and returns
+// can fix (InvalidBucketName, InvalidTag, MalformedXML, InvalidArgument,
+// InvalidRequest, BadRequest, ValidationError, MalformedPolicyDocument)
+// wrap driver.ErrInvalid, in a text fit for the platform's user: what was
+// being done and the server's code and message, without the SDK's request
+// and host ids (the engine shows it as the operation's description). Tags
+// the server would refuse (driver.CheckTags) are refused before any call,
+// so that no bucket is created only to fail its tagging. Secrets never
+// appear in errors. Observe with an empty request checks both endpoints and returns
 // an *EndpointError per failing one, naming the endpoint and the cause.
 //
 // Checksums are sent only where the S3 API requires them (DeleteObjects),

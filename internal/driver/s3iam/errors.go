@@ -49,14 +49,19 @@ func hasCode(err error, codes ...string) bool {
 // bucket without tags: AWS and versitygw say NoSuchTagSet, some older Ceph
 // and MinIO releases NoSuchTagSetError or an empty 200.
 var (
-	codesNoBucket      = []string{"NoSuchBucket", "NotFound"}
-	codesNoTags        = []string{"NoSuchTagSet", "NoSuchTagSetError"}
-	codesNoEntity      = []string{"NoSuchEntity"}
-	codesNotSupported  = []string{"NotImplemented", "MethodNotAllowed", "UnsupportedOperation"}
-	codesNoVersioning  = append([]string{"VersioningNotConfigured"}, codesNotSupported...)
-	codesInvalidBucket = []string{"InvalidBucketName", "InvalidTag", "InvalidLocationConstraint"}
-	codesInvalidIAM    = []string{"ValidationError", "InvalidInput", "MalformedPolicyDocument"}
-	codesBadCreds      = []string{
+	codesNoBucket     = []string{"NoSuchBucket", "NotFound"}
+	codesNoTags       = []string{"NoSuchTagSet", "NoSuchTagSetError"}
+	codesNoEntity     = []string{"NoSuchEntity"}
+	codesNotSupported = []string{"NotImplemented", "MethodNotAllowed", "UnsupportedOperation"}
+	codesNoVersioning = append([]string{"VersioningNotConfigured"}, codesNotSupported...)
+	// codesInvalidBucket are S3's refusals of the request itself (4xx):
+	// the same request gets the same answer however often it is sent.
+	// versitygw answers a bucket with more than 50 tags "BadRequest".
+	// (RequestTimeout, also a 400, is not one: a retry can succeed.)
+	codesInvalidBucket = []string{"InvalidBucketName", "InvalidTag", "InvalidLocationConstraint",
+		"MalformedXML", "InvalidArgument", "InvalidRequest", "BadRequest"}
+	codesInvalidIAM = []string{"ValidationError", "InvalidInput", "MalformedPolicyDocument"}
+	codesBadCreds   = []string{
 		"InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidClientTokenId",
 		"AccessDenied", "AuthorizationHeaderMalformed", "ExpiredToken",
 		"InvalidToken", "MissingAuthenticationToken", "IncompleteSignature",
@@ -70,7 +75,7 @@ func mapBucketErr(err error, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
 	switch {
 	case hasCode(err, codesInvalidBucket...):
-		return fmt.Errorf("%s: %w (%w)", msg, driver.ErrInvalid, err)
+		return &refusal{msg: msg, err: err}
 	case hasCode(err, "BucketAlreadyExists"):
 		return fmt.Errorf("%s: %w (%w)", msg, driver.ErrOwnedByOther, err)
 	}
@@ -80,10 +85,32 @@ func mapBucketErr(err error, format string, args ...any) error {
 func mapIAMErr(err error, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
 	if hasCode(err, codesInvalidIAM...) {
-		return fmt.Errorf("%s: %w (%w)", msg, driver.ErrInvalid, err)
+		return &refusal{msg: msg, err: err}
 	}
 	return fmt.Errorf("%s: %w", msg, err)
 }
+
+// refusal is the backend's refusal, for good, of a request (it wraps
+// driver.ErrInvalid and the SDK's error). The engine shows its text to the
+// platform's user as the reason the operation failed, so it says what was
+// being done and the server's code and message, and leaves out what the SDK
+// adds: the operation name, the HTTP status, the request and host ids.
+type refusal struct {
+	msg string
+	// note, if set, says what the code means in plain words.
+	note string
+	err  error
+}
+
+func (r *refusal) Error() string {
+	s := r.msg + ": " + driver.ErrInvalid.Error()
+	if r.note != "" {
+		s += ": " + r.note
+	}
+	return s + " (" + reason(r.err) + ")"
+}
+
+func (r *refusal) Unwrap() []error { return []error{driver.ErrInvalid, r.err} }
 
 // EndpointError says which endpoint failed a health check and why, in a
 // sentence an operator can act on.

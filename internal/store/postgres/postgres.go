@@ -50,6 +50,8 @@ var _ engine.Store = (*Store)(nil)
 // share one database.
 type Store struct {
 	pool *pgxpool.Pool
+	// unreadable holds the records reads could not decode (List skips them).
+	unreadable store.Unreadables
 }
 
 const (
@@ -192,8 +194,10 @@ func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.R
 	}
 	r, err := store.Decode(version, data)
 	if err != nil {
+		s.unreadable.Note(engine.UnreadableRecord{Kind: kind, ID: id, Version: version, Error: err.Error()})
 		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, err)
 	}
+	s.unreadable.Readable(kind, id)
 	return r, nil
 }
 
@@ -257,7 +261,7 @@ func (s *Store) List(ctx context.Context, opts engine.ListOptions) ([]*engine.Re
 		// records_unfinished only when the query implies its predicate.
 		where = append(where, "op_state = "+quote(string(engine.OpInProgress)))
 	}
-	query := "SELECT version, data FROM records"
+	query := "SELECT kind, id, instance_id, version, data FROM records"
 	if len(where) > 0 {
 		query += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -274,16 +278,13 @@ func (s *Store) List(ctx context.Context, opts engine.ListOptions) ([]*engine.Re
 	var out []*engine.Record
 	for rows.Next() {
 		progress()
-		var version int64
-		var data []byte
-		if err := rows.Scan(&version, &data); err != nil {
+		var raw store.Raw
+		if err := rows.Scan(&raw.Kind, &raw.ID, &raw.InstanceID, &raw.Version, &raw.Data); err != nil {
 			return nil, fmt.Errorf("list records: %w", callErr(ctx, err))
 		}
-		r, err := store.Decode(version, data)
-		if err != nil {
-			return nil, fmt.Errorf("list records: %w", err)
+		if r, ok := store.DecodeListed(&s.unreadable, raw); ok {
+			out = append(out, r)
 		}
-		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list records: %w", callErr(ctx, err))
@@ -298,6 +299,50 @@ func whileAnswering(ctx context.Context) (_ context.Context, progress func(), ca
 	call, stop := context.WithCancel(ctx)
 	t := time.AfterFunc(callTimeout, stop)
 	return call, func() { t.Reset(callTimeout) }, func() { t.Stop(); stop() }
+}
+
+// Unreadable implements engine.UnreadableReporter.
+func (s *Store) Unreadable() []engine.UnreadableRecord { return s.unreadable.List() }
+
+// GetRaw implements store.RawStore.
+func (s *Store) GetRaw(ctx context.Context, kind engine.Kind, id string) (store.Raw, error) {
+	raw := store.Raw{Kind: kind, ID: id}
+	call, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	err := s.pool.QueryRow(call, `SELECT instance_id, version, data FROM records WHERE kind = $1 AND id = $2`, string(kind), id).
+		Scan(&raw.InstanceID, &raw.Version, &raw.Data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Raw{}, fmt.Errorf("get record %s/%s: %w", kind, id, engine.ErrNotFound)
+	}
+	if err != nil {
+		return store.Raw{}, fmt.Errorf("get record %s/%s: %w", kind, id, callErr(ctx, err))
+	}
+	return raw, nil
+}
+
+// ScanRaw implements store.RawStore.
+func (s *Store) ScanRaw(ctx context.Context, fn func(store.Raw) error) error {
+	call, progress, cancel := whileAnswering(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(call, `SELECT kind, id, instance_id, version, data FROM records ORDER BY kind, id`)
+	if err != nil {
+		return fmt.Errorf("scan records: %w", callErr(ctx, err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		progress()
+		var raw store.Raw
+		if err := rows.Scan(&raw.Kind, &raw.ID, &raw.InstanceID, &raw.Version, &raw.Data); err != nil {
+			return fmt.Errorf("scan records: %w", callErr(ctx, err))
+		}
+		if err := fn(raw); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("scan records: %w", callErr(ctx, err))
+	}
+	return nil
 }
 
 // errNoAnswer replaces a timeout of the store's or of pgx's own; see

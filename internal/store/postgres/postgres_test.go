@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/bucketbroker/bucketbroker/internal/engine"
+	"github.com/bucketbroker/bucketbroker/internal/store"
 	"github.com/bucketbroker/bucketbroker/internal/store/storetest"
 )
 
@@ -677,4 +678,17 @@ func TestServerUnavailable(t *testing.T) {
 func BenchmarkInsertGet(b *testing.B) {
 	dsn, _ := freshSchema(b)
 	storetest.Bench(b, open(b, dsn))
+}
+
+func TestUnreadableRecords(t *testing.T) {
+	serverDSN(t)
+	storetest.RunUnreadable(t, func(t *testing.T) (store.RawStore, storetest.Planter) {
+		dsn, _ := freshSchema(t)
+		s := open(t, dsn)
+		return s, func(t *testing.T, raw store.Raw, state engine.OpState) {
+			admin(t, dsn, `INSERT INTO records (kind, id, instance_id, phase, op_state, version, created_at, updated_at, data)
+				VALUES ($1, $2, $3, 'provisioning', $4, $5, now(), now(), $6)`,
+				string(raw.Kind), raw.ID, raw.InstanceID, string(state), raw.Version, string(raw.Data))
+		}
+	})
 }

@@ -47,6 +47,8 @@ type Store struct {
 	// JSON again (most of a Get's work; replays and polls read records
 	// that rarely change).
 	decoded decodedCache
+	// unreadable holds the records reads could not decode (List skips them).
+	unreadable store.Unreadables
 }
 
 const (
@@ -250,8 +252,10 @@ func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.R
 	}
 	r, err := store.Decode(version, data)
 	if err != nil {
+		s.unreadable.Note(engine.UnreadableRecord{Kind: kind, ID: id, Version: version, Error: err.Error()})
 		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, err)
 	}
+	s.unreadable.Readable(kind, id)
 	s.decoded.put(r.Clone())
 	return r, nil
 }
@@ -357,7 +361,7 @@ func (s *Store) List(ctx context.Context, opts engine.ListOptions) ([]*engine.Re
 		where = append(where, "op_state = ?")
 		args = append(args, engine.OpInProgress)
 	}
-	query := "SELECT version, data FROM records"
+	query := "SELECT kind, id, instance_id, version, data FROM records"
 	if len(where) > 0 {
 		query += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -372,21 +376,58 @@ func (s *Store) List(ctx context.Context, opts engine.ListOptions) ([]*engine.Re
 	defer rows.Close()
 	var out []*engine.Record
 	for rows.Next() {
-		var version int64
-		var data []byte
-		if err := rows.Scan(&version, &data); err != nil {
+		var raw store.Raw
+		if err := rows.Scan(&raw.Kind, &raw.ID, &raw.InstanceID, &raw.Version, &raw.Data); err != nil {
 			return nil, fmt.Errorf("list records: %w", err)
 		}
-		r, err := store.Decode(version, data)
-		if err != nil {
-			return nil, fmt.Errorf("list records: %w", err)
+		r, ok := store.DecodeListed(&s.unreadable, raw)
+		if ok {
+			out = append(out, r)
 		}
-		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list records: %w", err)
 	}
 	return out, nil
+}
+
+// Unreadable implements engine.UnreadableReporter.
+func (s *Store) Unreadable() []engine.UnreadableRecord { return s.unreadable.List() }
+
+// GetRaw implements store.RawStore.
+func (s *Store) GetRaw(ctx context.Context, kind engine.Kind, id string) (store.Raw, error) {
+	raw := store.Raw{Kind: kind, ID: id}
+	err := s.readers.QueryRowContext(ctx, `SELECT instance_id, version, data FROM records WHERE kind = ? AND id = ?`, kind, id).
+		Scan(&raw.InstanceID, &raw.Version, &raw.Data)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Raw{}, fmt.Errorf("get record %s/%s: %w", kind, id, engine.ErrNotFound)
+	}
+	if err != nil {
+		return store.Raw{}, fmt.Errorf("get record %s/%s: %w", kind, id, err)
+	}
+	return raw, nil
+}
+
+// ScanRaw implements store.RawStore.
+func (s *Store) ScanRaw(ctx context.Context, fn func(store.Raw) error) error {
+	rows, err := s.readers.QueryContext(ctx, `SELECT kind, id, instance_id, version, data FROM records ORDER BY kind, id`)
+	if err != nil {
+		return fmt.Errorf("scan records: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var raw store.Raw
+		if err := rows.Scan(&raw.Kind, &raw.ID, &raw.InstanceID, &raw.Version, &raw.Data); err != nil {
+			return fmt.Errorf("scan records: %w", err)
+		}
+		if err := fn(raw); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("scan records: %w", err)
+	}
+	return nil
 }
 
 func formatTime(t time.Time) string {

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/bucketbroker/bucketbroker/internal/engine"
+	"github.com/bucketbroker/bucketbroker/internal/store"
 	"github.com/bucketbroker/bucketbroker/internal/store/storetest"
 )
 
@@ -371,4 +372,20 @@ func TestDecodedRecordsStayCurrent(t *testing.T) {
 				i, seen.Version, seen.Op.Description, other.Version, other.Op.Description)
 		}
 	}
+}
+
+func TestUnreadableRecords(t *testing.T) {
+	storetest.RunUnreadable(t, func(t *testing.T) (store.RawStore, storetest.Planter) {
+		path := filepath.Join(t.TempDir(), "bucketbroker.db")
+		s := open(t, path)
+		db := rawDB(t, path)
+		return s, func(t *testing.T, raw store.Raw, state engine.OpState) {
+			_, err := db.ExecContext(t.Context(), `INSERT INTO records (kind, id, instance_id, phase, op_state, version, created_at, updated_at, data)
+				VALUES (?, ?, ?, 'provisioning', ?, ?, '2026-01-01T00:00:00.000000000Z', '2026-01-01T00:00:00.000000000Z', ?)`,
+				raw.Kind, raw.ID, raw.InstanceID, state, raw.Version, string(raw.Data))
+			if err != nil {
+				t.Fatalf("plant record: %v", err)
+			}
+		}
+	})
 }

@@ -82,6 +82,10 @@ func Run(t *testing.T, newStore func(t *testing.T) engine.Store) {
 			reason: "Of many concurrent Updates from the same read exactly one must win; the others get ErrStale.",
 			test:   testConcurrentUpdate,
 		},
+		"RefusesUnreadable": {
+			reason: "A record nested deeper than it could be read back, or too large, must be refused by Insert and Update, and nothing written.",
+			test:   testRefusesUnreadable,
+		},
 		"CanceledContext": {
 			reason: "Every call must honour its context: a canceled call returns the context's error and writes nothing.",
 			test:   testCanceledContext,
