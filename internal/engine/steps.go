@@ -30,7 +30,11 @@ func (e *Engine) step(ctx context.Context, rec *Record, what string, call func(c
 		if err := e.renew(ctx, rec); err != nil {
 			return err
 		}
-		err := call(ctx)
+		// Shorter than the lease: a call cut off when the lease is lost
+		// has ended before another replica may take over.
+		cctx, cancel := context.WithTimeout(ctx, e.callTO)
+		err := call(cctx)
+		cancel()
 		if err == nil {
 			return nil
 		}
@@ -50,6 +54,7 @@ func (e *Engine) step(ctx context.Context, rec *Record, what string, call func(c
 				return err
 			}
 		}
+		e.metrics.retries.WithLabelValues(what).Inc()
 		e.log.Warn("Backend call failed; retrying", "kind", rec.Kind, "id", rec.ID, "step", what, "attempt", attempt, "error", err)
 		e.sleep(ctx, rand.N(backoff)+time.Millisecond)
 		backoff = min(2*backoff, 30*time.Second)
