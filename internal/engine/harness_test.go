@@ -86,6 +86,10 @@ type hookDriver struct {
 	calls  map[string]int
 	// active counts the calls in progress, peak the most at once.
 	active, peak atomic.Int64
+	// late makes EnsureCredential carry out its call even when the
+	// caller has given up on it, as a paused process or a server that
+	// holds requests would.
+	late atomic.Bool
 }
 
 // enter counts a call in progress until the returned func is called.
@@ -155,7 +159,22 @@ func (d *hookDriver) EnsureCredential(ctx context.Context, s driver.CredentialSp
 	if err := d.call(ctx, "EnsureCredential"); err != nil {
 		return driver.Credential{}, err
 	}
+	if d.late.Load() {
+		ctx = context.WithoutCancel(ctx)
+	}
 	return d.Driver.EnsureCredential(ctx, s)
+}
+
+func (d *hookDriver) Inventory(ctx context.Context, prefix string) (driver.Inventory, error) {
+	return d.Driver.(driver.Auditable).Inventory(ctx, prefix)
+}
+
+func (d *hookDriver) DeleteAccessKey(ctx context.Context, user, owner, keyID string) error {
+	defer d.enter()()
+	if err := d.call(ctx, "DeleteAccessKey"); err != nil {
+		return err
+	}
+	return d.Driver.(driver.Auditable).DeleteAccessKey(ctx, user, owner, keyID)
 }
 
 func (d *hookDriver) RevokeCredential(ctx context.Context, user, owner string) error {

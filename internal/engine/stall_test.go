@@ -128,6 +128,81 @@ func TestLostLeaseStopsWorker(t *testing.T) {
 	}
 }
 
+// TestOverlappingHoldersConverge lets two holders of one bind overlap, as
+// a process paused past its lease would: holder a is inside its key
+// creation when its lease is taken over; b drives the bind to its end; then
+// a's call is carried out after all, and a goes on. The rule (create a key
+// beside the others, record it, only then delete the others; a holder
+// whose record write loses deletes only the key it made) leaves exactly
+// the key b recorded and answered. (Before, a's late call deleted every
+// key but the one it knew, none, and made one nobody was given.)
+func TestOverlappingHoldersConverge(t *testing.T) {
+	const ttl = time.Second
+	a := newHarness(t, harnessOpts{postgres: true, replica: "a", leaseTTL: ttl})
+	b := newHarness(t, harnessOpts{postgres: true, peer: a, replica: "b", leaseTTL: ttl})
+	id := instancePth + newID()
+	a.want(a.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+
+	paused, wake := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	a.drv.late.Store(true)
+	a.drv.hook("EnsureCredential", func(context.Context) error {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			paused <- struct{}{}
+			<-wake // paused: blind to its context, its lease, everything
+		}
+		return nil
+	})
+	bindID := newID()
+	bind := id + "/service_bindings/" + bindID
+	op := a.want(a.do("PUT", async(bind), bindBody(planStd, nil)), http.StatusAccepted, "bind on a").str("operation")
+	<-paused
+
+	// a's lease runs out as if a had stopped renewing it; b takes over.
+	ctx := context.Background()
+	for {
+		r, err := a.store.Get(ctx, engine.KindBinding, bindID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Lease, r.LeaseUntil = "gone", time.Now().Add(-time.Second)
+		if err = a.store.Update(ctx, r); err == nil {
+			break
+		} else if !errors.Is(err, engine.ErrStale) {
+			t.Fatal(err)
+		}
+	}
+	if s := b.waitOp(bind, op); s != "succeeded" {
+		t.Fatalf("bind driven by b ended %q", s)
+	}
+	if n := b.metric("bucketbroker_lease_takeovers_total"); n != 1 {
+		t.Errorf("b counted %v takeovers, want 1", n)
+	}
+	cr := b.want(b.do("PUT", bind, bindBody(planStd, nil)), http.StatusOK, "bind again on b").creds()
+	ak := cr["access_key_id"].(string)
+
+	// a wakes up inside its call, which the backend carries out.
+	close(wake)
+	waitFor(t, "a's worker to go", func() bool { return a.metric("bucketbroker_operations_in_flight") == 0 })
+	if err := canWrite(ak, cr["secret_access_key"].(string), cr["bucket"].(string)); err != nil {
+		t.Errorf("the answered credentials stopped working: %v", err)
+	}
+	users := a.users()
+	if len(users) != 1 {
+		t.Fatalf("users = %v, want one", users)
+	}
+	for u, keys := range users {
+		if len(keys) != 1 || keys[0] != ak {
+			t.Errorf("user %s has keys %v, want only the answered %s", u, keys, ak)
+		}
+	}
+	if again := a.want(a.do("PUT", bind, bindBody(planStd, nil)), http.StatusOK, "bind again on a").creds(); again["access_key_id"] != ak {
+		t.Errorf("a answers key %v, b answered %s", again["access_key_id"], ak)
+	}
+}
+
 // TestResumeIsBounded restarts an engine with 1,000 provisions in flight:
 // the restarted engine drives no more of them at once than its workers,
 // and every one of them succeeds. (Before, each got a goroutine of its own
