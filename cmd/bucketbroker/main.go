@@ -132,6 +132,8 @@ Credentials come from the environment (never from flags):
 	f.DurationVar(&cfg.SyncTimeout, "sync-timeout", 60*time.Second, "a synchronous operation that has not finished by then fails")
 	f.StringVar(&cfg.ReplicaID, "replica-id", "", "name of this process in operation leases; replicas sharing a store need distinct ids (default: generated once, kept in the data dir)")
 	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 60*time.Second, "how long operations of a replica that died wait before another replica takes them over")
+	f.DurationVar(&cfg.BackendCallTimeout, "backend-call-timeout", 0, "deadline of each backend call, shorter than --lease-ttl; a call that runs out is retried (default: half of --lease-ttl)")
+	f.IntVar(&cfg.Workers, "workers", 32, "operations driven at once; the others wait in a queue, those a request has just started first")
 	logOpts.bind(cmd)
 	return cmd
 }
