@@ -140,13 +140,16 @@ func New(opts Options) (*Engine, error) {
 	if opts.SweepInterval <= 0 {
 		opts.SweepInterval = opts.LeaseTTL / 4
 	}
-	if opts.CallTimeout <= 0 {
+	if opts.CallTimeout < 0 || opts.Workers < 0 {
+		return nil, fmt.Errorf("engine: negative call timeout (%s) or workers (%d)", opts.CallTimeout, opts.Workers)
+	}
+	if opts.CallTimeout == 0 {
 		opts.CallTimeout = opts.LeaseTTL / 2
 	}
 	if opts.CallTimeout >= opts.LeaseTTL {
 		return nil, fmt.Errorf("engine: the backend call timeout (%s) must be shorter than the lease TTL (%s)", opts.CallTimeout, opts.LeaseTTL)
 	}
-	if opts.Workers <= 0 {
+	if opts.Workers == 0 {
 		opts.Workers = 32
 	}
 	sl := newSlots(opts.Workers)
