@@ -300,3 +300,23 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// TestRetriesDoNotStarveRequests fills every worker of an engine with binds
+// whose backend calls keep failing (they retry with backoff until their
+// deadline), then sends a new synchronous provision: it is answered 201,
+// because a worker gives its place back while it backs off. (Were the
+// places held through the backoff, the provision would wait in the queue
+// until its sync timeout.)
+func TestRetriesDoNotStarveRequests(t *testing.T) {
+	const workers = 2
+	h := newHarness(t, harnessOpts{postgres: true, workers: workers, syncTimeout: 20 * time.Second})
+	id := instancePth + newID()
+	h.want(h.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+	h.drv.hook("EnsureCredential", func(context.Context) error { return errors.New("backend says no") })
+	for range 2 * workers {
+		h.want(h.do("PUT", async(id+"/service_bindings/"+newID()), bindBody(planStd, nil)), http.StatusAccepted, "bind")
+	}
+	waitFor(t, "the binds to retry", func() bool { return h.metric("bucketbroker_backend_retries_total") >= 4*workers })
+
+	h.want(h.do("PUT", instancePth+newID(), provisionBody(planStd, nil)), http.StatusCreated, "provision while the binds retry")
+}
