@@ -72,9 +72,10 @@ func holderOf(ctx context.Context, rec *Record) *holder {
 }
 
 // keep renews the lease every quarter of its TTL. A renewal that fails is
-// tried again soon; when the lease would run out before a renewal succeeds,
-// the worker is stopped first, one renewal interval ahead of the expiry,
-// so that its last call has ended before another replica may take over.
+// tried again soon; when none has succeeded by a quarter of the lease
+// before it runs out (no renewal attempt runs past that moment), the worker
+// is stopped, so that its call in flight is cut off before another replica
+// may take over.
 func (h *holder) keep(ctx context.Context) {
 	defer close(h.done)
 	e := h.e
@@ -99,14 +100,14 @@ func (h *holder) keep(ctx context.Context) {
 			h.cancel(errLeaseLost)
 			return
 		case err != nil:
-			if time.Until(until) < every {
+			if time.Until(until) <= every {
 				e.metrics.leaseLost.Inc()
 				e.log.Error("Cannot renew operation lease before it runs out; stopping its worker", "kind", h.kind, "id", h.id, "error", err)
 				h.cancel(errLeaseLost)
 				return
 			}
 			e.log.Warn("Cannot renew operation lease; will retry", "kind", h.kind, "id", h.id, "error", err)
-			t.Reset(every / 4)
+			t.Reset(min(every/4, time.Until(until)-every))
 		default:
 			t.Reset(every)
 		}
@@ -124,7 +125,9 @@ func (h *holder) renew(ctx context.Context) (time.Time, error) {
 	if h.last.Op.Finished() {
 		return held, errFinished // the worker's last write ended it
 	}
-	sctx, cancel := context.WithTimeout(ctx, e.leaseTTL/4)
+	// A renewal may not run past the moment the worker must stop: a
+	// quarter of the lease before it runs out.
+	sctx, cancel := context.WithTimeout(ctx, min(e.leaseTTL/4, time.Until(held)-e.leaseTTL/4))
 	defer cancel()
 	r := h.last.Clone()
 	r.Version = h.cur

@@ -253,6 +253,7 @@ func TestResumeIsBounded(t *testing.T) {
 	close(stall)
 
 	b := newHarness(t, harnessOpts{postgres: true, peer: a, replica: "r", workers: workers, noStart: true})
+	resumed := time.Now()
 	if err := b.eng.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -270,6 +271,8 @@ func TestResumeIsBounded(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	t.Logf("%d provisions resumed and finished in %s with %d workers: at most %d backend calls at once",
+		n, time.Since(resumed).Round(time.Millisecond), workers, b.drv.peak.Load())
 	if p := b.drv.peak.Load(); p > workers {
 		t.Errorf("%d backend calls at once after the restart, with %d workers", p, workers)
 	}
