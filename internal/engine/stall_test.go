@@ -19,7 +19,7 @@ import (
 // (Before, the lease was renewed only between steps, and both replicas
 // drove the bind.)
 func TestStalledCallKeepsLease(t *testing.T) {
-	const ttl = time.Second
+	const ttl = 2 * time.Second
 	a := newHarness(t, harnessOpts{postgres: true, replica: "a", leaseTTL: ttl})
 	b := newHarness(t, harnessOpts{postgres: true, peer: a, replica: "b", leaseTTL: ttl})
 	c := newHarness(t, harnessOpts{postgres: true, peer: a, replica: "c", leaseTTL: ttl})
