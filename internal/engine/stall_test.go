@@ -203,6 +203,57 @@ func TestOverlappingHoldersConverge(t *testing.T) {
 	}
 }
 
+// TestOverlappingBindAndUnbind is TestOverlappingHoldersConverge with an
+// unbind instead of the takeover: while holder a is paused inside its key
+// creation, the binding is unbound on b; then a's call is carried out,
+// making the user and a key again. a deletes what it made, and nothing is
+// left under the binding's name. (Deleting only the key left the user.)
+func TestOverlappingBindAndUnbind(t *testing.T) {
+	const ttl = time.Second
+	a := newHarness(t, harnessOpts{postgres: true, replica: "a", leaseTTL: ttl})
+	b := newHarness(t, harnessOpts{postgres: true, peer: a, replica: "b", leaseTTL: ttl})
+	id := instancePth + newID()
+	a.want(a.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+
+	paused, wake := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	a.drv.late.Store(true)
+	a.drv.hook("EnsureCredential", func(context.Context) error {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			paused <- struct{}{}
+			<-wake
+		}
+		return nil
+	})
+	bindID := newID()
+	bind := id + "/service_bindings/" + bindID
+	a.want(a.do("PUT", async(bind), bindBody(planStd, nil)), http.StatusAccepted, "bind on a")
+	<-paused
+
+	ctx := context.Background()
+	for {
+		r, err := a.store.Get(ctx, engine.KindBinding, bindID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Lease, r.LeaseUntil = "gone", time.Now().Add(-time.Second)
+		if err = a.store.Update(ctx, r); err == nil {
+			break
+		} else if !errors.Is(err, engine.ErrStale) {
+			t.Fatal(err)
+		}
+	}
+	b.want(b.do("DELETE", del(bind, planStd, false), nil), http.StatusOK, "unbind on b")
+
+	close(wake)
+	waitFor(t, "a's worker to go", func() bool { return a.metric("bucketbroker_operations_in_flight") == 0 })
+	if users := a.users(); len(users) != 0 {
+		t.Errorf("users = %v after the unbind, want none", users)
+	}
+}
+
 // TestResumeIsBounded restarts an engine with 1,000 provisions in flight:
 // the restarted engine drives no more of them at once than its workers,
 // and every one of them succeeds. (Before, each got a goroutine of its own

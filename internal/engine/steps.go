@@ -365,7 +365,8 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 // holder wrote the record first, or this one lost its lease or its store):
 // nobody holds it, and whoever recorded a key keeps that one. It is the
 // only side effect of a holder that lost its lease, and it deletes only
-// what that holder made. A write that failed may still have been
+// what that holder made: the key, or the whole user when the binding has
+// been unbound meanwhile (the call may have made the user again). A write that failed may still have been
 // committed: the record is read first, and a key it holds is kept. What
 // cannot be done here (the store or the backend fails, or the driver
 // cannot delete one key) is left to the next bind of the binding or the
@@ -381,7 +382,13 @@ func (e *Engine) dropKey(ctx context.Context, rec *Record, keyID string) {
 	if err == nil && cur.AccessKeyID == keyID {
 		return // recorded after all
 	}
-	if err == nil {
+	switch {
+	case err == nil && cur.Phase == PhaseDeleted:
+		// Unbound meanwhile: the user is this holder's making too (the
+		// unbind found none, or revoked it before this call made it
+		// again), and nothing may be left under the name.
+		err = e.driver.RevokeCredential(ctx, rec.UserName, rec.Owner)
+	case err == nil:
 		err = a.DeleteAccessKey(ctx, rec.UserName, rec.Owner, keyID)
 	}
 	if err != nil {
