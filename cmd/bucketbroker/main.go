@@ -67,6 +67,22 @@ func (o *logOptions) logger(w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: want json, text or auto", o.format)
 }
 
+// checkLeaseFlags refuses lease, call and worker settings the engine
+// cannot keep its promises with, before anything starts.
+func checkLeaseFlags(cfg broker.Config) error {
+	switch {
+	case cfg.LeaseTTL <= 0:
+		return fmt.Errorf("--lease-ttl %s: want a positive duration", cfg.LeaseTTL)
+	case cfg.BackendCallTimeout < 0:
+		return fmt.Errorf("--backend-call-timeout %s: want a positive duration, or 0 for half of --lease-ttl", cfg.BackendCallTimeout)
+	case cfg.BackendCallTimeout >= cfg.LeaseTTL:
+		return fmt.Errorf("--backend-call-timeout %s must be shorter than --lease-ttl %s: a call cut off when the lease is lost must end before another replica takes over", cfg.BackendCallTimeout, cfg.LeaseTTL)
+	case cfg.Workers < 1:
+		return fmt.Errorf("--workers %d: want at least 1", cfg.Workers)
+	}
+	return nil
+}
+
 func newServeCommand() *cobra.Command {
 	cfg := broker.Config{}
 	var logOpts logOptions
@@ -102,6 +118,9 @@ Credentials come from the environment (never from flags):
 				return err
 			}
 			cfg.Logger = log
+			if err := checkLeaseFlags(cfg); err != nil {
+				return err
+			}
 			cfg.Username, cfg.Password = os.Getenv("BUCKETBROKER_USERNAME"), os.Getenv("BUCKETBROKER_PASSWORD")
 			if !cmd.Flags().Changed("store") {
 				cfg.Store = os.Getenv("BUCKETBROKER_STORE") // a DSN may hold a password: keep it out of ps
@@ -132,6 +151,8 @@ Credentials come from the environment (never from flags):
 	f.DurationVar(&cfg.SyncTimeout, "sync-timeout", 60*time.Second, "a synchronous operation that has not finished by then fails")
 	f.StringVar(&cfg.ReplicaID, "replica-id", "", "name of this process in operation leases; replicas sharing a store need distinct ids (default: generated once, kept in the data dir)")
 	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 60*time.Second, "how long operations of a replica that died wait before another replica takes them over")
+	f.DurationVar(&cfg.BackendCallTimeout, "backend-call-timeout", 0, "deadline of each backend call, shorter than --lease-ttl; a call that runs out is retried (default: half of --lease-ttl)")
+	f.IntVar(&cfg.Workers, "workers", 32, "operations driven at once; the others wait in a queue, those a request has just started first")
 	logOpts.bind(cmd)
 	return cmd
 }

@@ -34,11 +34,15 @@ func TestServeRejectsBadFlagsBeforeStarting(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		"bad log level":      {[]string{"serve", "--log-level", "loud"}, nil, "--log-level"},
-		"bad log format":     {[]string{"serve", "--log-format", "xml"}, nil, "--log-format"},
-		"s3iam without keys": {[]string{"serve", "--driver", "s3iam"}, map[string]string{"BUCKETBROKER_S3_ROOT_ACCESS_KEY": "", "BUCKETBROKER_S3_ROOT_SECRET_KEY": ""}, "BUCKETBROKER_S3_ROOT_ACCESS_KEY"},
-		"stray argument":     {[]string{"serve", "extra"}, nil, "unknown command"},
-		"unknown flag":       {[]string{"serve", "--nope"}, nil, "unknown flag"},
+		"bad log level":                     {[]string{"serve", "--log-level", "loud"}, nil, "--log-level"},
+		"bad log format":                    {[]string{"serve", "--log-format", "xml"}, nil, "--log-format"},
+		"s3iam without keys":                {[]string{"serve", "--driver", "s3iam"}, map[string]string{"BUCKETBROKER_S3_ROOT_ACCESS_KEY": "", "BUCKETBROKER_S3_ROOT_SECRET_KEY": ""}, "BUCKETBROKER_S3_ROOT_ACCESS_KEY"},
+		"stray argument":                    {[]string{"serve", "extra"}, nil, "unknown command"},
+		"unknown flag":                      {[]string{"serve", "--nope"}, nil, "unknown flag"},
+		"call timeout as long as the lease": {[]string{"serve", "--lease-ttl", "10s", "--backend-call-timeout", "10s"}, nil, "--backend-call-timeout"},
+		"negative call timeout":             {[]string{"serve", "--backend-call-timeout", "-1s"}, nil, "--backend-call-timeout"},
+		"no lease":                          {[]string{"serve", "--lease-ttl", "0s"}, nil, "--lease-ttl"},
+		"no workers":                        {[]string{"serve", "--workers", "0"}, nil, "--workers"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			for k, v := range tc.env {

@@ -83,6 +83,12 @@ type Config struct {
 	// LeaseTTL is how long a dead replica's operations wait before another
 	// replica takes them over (see engine.Options).
 	LeaseTTL time.Duration
+	// BackendCallTimeout bounds each backend call; it must be shorter than
+	// LeaseTTL (0: half of it; see engine.Options.CallTimeout).
+	BackendCallTimeout time.Duration
+	// Workers is how many operations the engine drives at once (0: the
+	// engine's default; see engine.Options).
+	Workers int
 
 	Logger *slog.Logger
 }
@@ -186,7 +192,7 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 	b.engine, err = engine.New(engine.Options{
 		Store: b.store, Driver: drv, Catalog: cat, Box: box, Endpoint: endpoint, Prefix: cfg.Prefix,
 		AsyncTimeout: cfg.AsyncTimeout, SyncTimeout: cfg.SyncTimeout, Logger: b.log, Registerer: reg,
-		ReplicaID: replica, LeaseTTL: cfg.LeaseTTL,
+		ReplicaID: replica, LeaseTTL: cfg.LeaseTTL, CallTimeout: cfg.BackendCallTimeout, Workers: cfg.Workers,
 	})
 	if err != nil {
 		return nil, err

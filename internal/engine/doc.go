@@ -27,11 +27,23 @@
 //     it the same way, then deletes it. Anything else under the name that
 //     is not ours is refused.
 //   - Resume, don't abandon: Start picks up every unfinished operation.
+//     At most Options.Workers operations run at once; the others wait in a
+//     queue (queue.go), work a request has just started first, and a worker
+//     gives its place back while it backs off.
+//   - One replica at a time: replicas sharing a store drive an operation
+//     under a lease in its record. A holder (lease.go) renews it on its own
+//     clock, whatever the worker is doing, and cancels the worker's context
+//     the moment the lease is taken or cannot be renewed in time; every
+//     backend call has a deadline shorter than the lease. Should two holders
+//     overlap anyway (a paused process), a bind's key is made beside any
+//     other, recorded, and only then are the others deleted; a holder whose
+//     record write fails deletes only the key it made.
 //   - Answers come from the record: the status of a duplicate is derived from
 //     the stored phase, operation and fingerprint, and a repeated bind
 //     returns the stored (sealed) credentials, never a second key.
 //
 // Secret access keys are sealed with a secretbox before they are stored. Keys
 // created by the backend but lost by a crash before they were recorded are
-// deleted by the next EnsureCredential, which keeps only the recorded key.
+// deleted by the EnsureCredential that follows the next recorded key, which
+// keeps only that key.
 package engine

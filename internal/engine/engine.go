@@ -51,6 +51,15 @@ type Options struct {
 	// SweepInterval is how often the engine looks for unfinished operations
 	// that no live replica drives (default LeaseTTL/4).
 	SweepInterval time.Duration
+	// CallTimeout bounds each backend call; it must be shorter than
+	// LeaseTTL, so that a call cut off when the lease is lost has ended
+	// before another replica may take the operation over (default
+	// LeaseTTL/2). A call that runs out is retried as a failed one.
+	CallTimeout time.Duration
+	// Workers is how many operations this engine drives at once; the
+	// others wait in a queue, those a request has just started first
+	// (default 32).
+	Workers int
 	// Logger receives operation logs (default slog.Default()).
 	Logger *slog.Logger
 	// Registerer receives the engine's metrics (nil: not registered).
@@ -71,8 +80,10 @@ type Engine struct {
 	replica  string
 	leaseTTL time.Duration
 	sweepInt time.Duration
+	callTO   time.Duration
 	log      *slog.Logger
 	metrics  *metrics
+	slots    *slots
 
 	// base ends when the engine stops: workers stop at their next step
 	// boundary. calls ends only when Shutdown's deadline passes: a backend
@@ -132,17 +143,31 @@ func New(opts Options) (*Engine, error) {
 	if opts.SweepInterval <= 0 {
 		opts.SweepInterval = opts.LeaseTTL / 4
 	}
-	m, err := newMetrics(opts.Registerer)
+	if opts.CallTimeout < 0 || opts.Workers < 0 {
+		return nil, fmt.Errorf("engine: negative call timeout (%s) or workers (%d)", opts.CallTimeout, opts.Workers)
+	}
+	if opts.CallTimeout == 0 {
+		opts.CallTimeout = opts.LeaseTTL / 2
+	}
+	if opts.CallTimeout >= opts.LeaseTTL {
+		return nil, fmt.Errorf("engine: the backend call timeout (%s) must be shorter than the lease TTL (%s)", opts.CallTimeout, opts.LeaseTTL)
+	}
+	if opts.Workers == 0 {
+		opts.Workers = 32
+	}
+	sl := newSlots(opts.Workers)
+	m, err := newMetrics(opts.Registerer, sl.oldest)
 	if err != nil {
 		return nil, err
 	}
+	sl.metrics = m
 	base, stop := context.WithCancel(context.Background())
 	calls, cancelCalls := context.WithCancel(context.Background())
 	return &Engine{
 		store: opts.Store, driver: opts.Driver, catalog: opts.Catalog, box: opts.Box,
 		endpoint: opts.Endpoint, prefix: opts.Prefix, asyncTTL: opts.AsyncTimeout,
 		syncTTL: opts.SyncTimeout, log: opts.Logger, metrics: m,
-		replica: opts.ReplicaID, leaseTTL: opts.LeaseTTL, sweepInt: opts.SweepInterval,
+		replica: opts.ReplicaID, leaseTTL: opts.LeaseTTL, sweepInt: opts.SweepInterval, callTO: opts.CallTimeout, slots: sl,
 		base: base, stop: stop, calls: calls, cancelCalls: cancelCalls, workers: map[string]*worker{}, changed: map[string]chan struct{}{},
 	}, nil
 }
@@ -237,7 +262,7 @@ func (e *Engine) start(kind Kind, id string, first *Record) {
 	w := &worker{first: first}
 	e.workers[k] = w
 	e.wg.Add(1)
-	go e.work(kind, id, w)
+	go e.work(kind, id, w, first != nil)
 }
 
 // interrupt makes the record's worker turn to the record's new operation:
@@ -284,18 +309,32 @@ func (e *Engine) halted(ctx context.Context) bool {
 	return false
 }
 
-func (e *Engine) work(kind Kind, id string, w *worker) {
+// work is a record's worker. Each pass waits for a slot first (urgent
+// when a request started the work or interrupted it), so that no more than
+// Workers operations reach the store and the backend at once.
+func (e *Engine) work(kind Kind, id string, w *worker, urgent bool) {
 	defer e.wg.Done()
 	k := key(kind, id)
 	for {
+		if !e.slots.acquire(e.base, nil, nil, urgent) {
+			e.mu.Lock()
+			delete(e.workers, k)
+			e.mu.Unlock()
+			return
+		}
+		sl := &slot{s: e.slots, held: true}
 		e.mu.Lock()
 		w.halt, w.halted, w.again = make(chan struct{}), false, false
-		ctx := context.WithValue(e.calls, haltKey{}, w.halt)
+		ctx := context.WithValue(context.WithValue(e.calls, haltKey{}, w.halt), slotKey{}, sl)
 		first := w.first
 		w.first = nil
 		e.mu.Unlock()
 
 		e.drive(ctx, kind, id, first)
+		if sl.held {
+			sl.held = false
+			e.slots.release()
+		}
 
 		e.mu.Lock()
 		if !w.again || e.base.Err() != nil {
@@ -304,6 +343,7 @@ func (e *Engine) work(kind Kind, id string, w *worker) {
 			return
 		}
 		e.mu.Unlock()
+		urgent = true // interrupted by a request
 	}
 }
 
@@ -339,7 +379,15 @@ func (e *Engine) drive(ctx context.Context, kind Kind, id string, first *Record)
 			}
 			return // another live replica drives it
 		}
-		err = e.run(ctx, rec)
+		lctx, release := e.hold(ctx, rec)
+		err = e.run(lctx, rec)
+		lost := errors.Is(context.Cause(lctx), errLeaseLost)
+		release()
+		if lost {
+			// Another replica drives it now, or will once the lease
+			// runs out (the sweep brings it back here if none does).
+			return
+		}
 		switch {
 		case err == nil, errors.Is(err, ErrStale):
 			// Finished, or superseded: read the record again.
@@ -396,15 +444,23 @@ func (e *Engine) claim(ctx context.Context, rec *Record) (bool, error) {
 	if rec.Lease == e.replica && rec.LeaseUntil.Sub(now) > e.leaseTTL/2 {
 		return true, nil
 	}
+	prev := rec.Lease
 	if err := e.save(ctx, rec); err != nil { // save renews our lease
 		return false, err
+	}
+	if prev != "" && prev != e.replica {
+		e.metrics.takeovers.Inc()
+		e.log.Warn("Took over operation whose lease ran out", "kind", rec.Kind, "id", rec.ID, "operation", rec.Op.ID, "previous_lease", prev)
 	}
 	return true, nil
 }
 
-// renew extends the lease when half of it is gone, so that a long
-// operation keeps it.
+// renew extends the lease when half of it is gone, for callers that hold
+// it without a holder (which renews on its own clock).
 func (e *Engine) renew(ctx context.Context, rec *Record) error {
+	if holderOf(ctx, rec) != nil {
+		return nil
+	}
 	if rec.Lease == e.replica && time.Until(rec.LeaseUntil) > e.leaseTTL/2 {
 		return nil
 	}
@@ -422,7 +478,13 @@ func (e *Engine) save(ctx context.Context, rec *Record) error {
 		rec.Lease, rec.LeaseUntil = e.replica, now.Add(e.leaseTTL)
 	}
 	rec.UpdatedAt = now
-	if err := e.store.Update(ctx, rec); err != nil {
+	var err error
+	if h := holderOf(ctx, rec); h != nil {
+		err = h.write(ctx, rec)
+	} else {
+		err = e.store.Update(ctx, rec)
+	}
+	if err != nil {
 		return err
 	}
 	e.notify(rec.Kind, rec.ID)
@@ -508,25 +570,45 @@ func newID() string {
 	return hex.EncodeToString(b)
 }
 
-// sleep waits d, or less when the worker is halted or the engine stops.
+// sleep waits d, or less when the worker is halted or the engine stops. A
+// worker gives its slot back while it sleeps and queues for one after
+// (behind the work requests have just started); when it is halted instead,
+// it returns without one, and its caller stops at the halted check.
 func (e *Engine) sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	halt, _ := ctx.Value(haltKey{}).(chan struct{})
+	sl, _ := ctx.Value(slotKey{}).(*slot)
+	if sl != nil && sl.held {
+		sl.held = false
+		sl.s.release()
+	}
 	select {
 	case <-ctx.Done():
 	case <-e.base.Done():
 	case <-halt: // nil (never ready) outside a worker
 	case <-t.C:
+		if sl != nil {
+			sl.held = sl.s.acquire(ctx, halt, e.base.Done(), false)
+		}
 	}
 }
 
 type metrics struct {
-	inFlight *prometheus.GaugeVec
-	duration *prometheus.HistogramVec
+	inFlight      *prometheus.GaugeVec
+	duration      *prometheus.HistogramVec
+	takeovers     prometheus.Counter
+	leaseLost     prometheus.Counter
+	leaseRenewals prometheus.Counter
+	retries       *prometheus.CounterVec
+	queueDepth    prometheus.Gauge
+	queueWait     prometheus.Histogram
+	queueOldest   prometheus.GaugeFunc
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// newMetrics makes the engine's metrics; oldest reports the age of the
+// work queue's oldest entry.
+func newMetrics(reg prometheus.Registerer, oldest func() float64) (*metrics, error) {
 	m := &metrics{
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "bucketbroker_operations_in_flight",
@@ -537,12 +619,42 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time to drive an operation to its end, by type and final state.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 		}, []string{"type", "state"}),
+		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bucketbroker_lease_takeovers_total",
+			Help: "Operations this process took over from another replica whose lease had run out.",
+		}),
+		leaseLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bucketbroker_leases_lost_total",
+			Help: "Operations whose worker this process stopped because their lease was taken over or could not be renewed in time.",
+		}),
+		leaseRenewals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bucketbroker_lease_renewals_total",
+			Help: "Lease renewals written while a worker drove an operation.",
+		}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bucketbroker_backend_retries_total",
+			Help: "Backend calls that failed and were tried again, by step.",
+		}, []string{"step"}),
+		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bucketbroker_work_queue_depth",
+			Help: "Operations waiting for one of the engine's workers.",
+		}),
+		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "bucketbroker_work_queue_wait_seconds",
+			Help:    "Time an operation waited in the queue for a worker.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+		queueOldest: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "bucketbroker_work_queue_oldest_seconds",
+			Help: "Age of the operation that has waited longest in the queue for a worker (0: none waits).",
+		}, oldest),
 	}
 	for _, t := range []OpType{OpProvision, OpUpdate, OpDeprovision, OpBind, OpUnbind} {
 		m.inFlight.WithLabelValues(string(t)) // show zero before the first operation
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.inFlight, m.duration} {
+		for _, c := range []prometheus.Collector{m.inFlight, m.duration, m.takeovers, m.leaseLost, m.leaseRenewals,
+			m.retries, m.queueDepth, m.queueWait, m.queueOldest} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register metrics: %w", err)
 			}

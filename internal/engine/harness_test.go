@@ -25,6 +25,7 @@ import (
 	iamtypes "github.com/aws/aws-sdk-go-v2/service/iam/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
 	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
@@ -83,6 +84,24 @@ type hookDriver struct {
 	mu     sync.Mutex
 	before map[string]func(ctx context.Context) error
 	calls  map[string]int
+	// active counts the calls in progress, peak the most at once.
+	active, peak atomic.Int64
+	// late makes EnsureCredential carry out its call even when the
+	// caller has given up on it, as a paused process or a server that
+	// holds requests would.
+	late atomic.Bool
+}
+
+// enter counts a call in progress until the returned func is called.
+func (d *hookDriver) enter() func() {
+	n := d.active.Add(1)
+	for {
+		p := d.peak.Load()
+		if n <= p || d.peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	return func() { d.active.Add(-1) }
 }
 
 func (d *hookDriver) hook(method string, f func(ctx context.Context) error) {
@@ -108,7 +127,16 @@ func (d *hookDriver) count(method string) int {
 	return d.calls[method]
 }
 
+func (d *hookDriver) Observe(ctx context.Context, r driver.ObserveRequest) (driver.Observation, error) {
+	defer d.enter()()
+	if err := d.call(ctx, "Observe"); err != nil {
+		return driver.Observation{}, err
+	}
+	return d.Driver.Observe(ctx, r)
+}
+
 func (d *hookDriver) EnsureBucket(ctx context.Context, s driver.BucketSpec) error {
+	defer d.enter()()
 	if err := d.call(ctx, "EnsureBucket"); err != nil {
 		return err
 	}
@@ -119,6 +147,7 @@ func (d *hookDriver) EnsureBucket(ctx context.Context, s driver.BucketSpec) erro
 }
 
 func (d *hookDriver) DeleteBucket(ctx context.Context, name, owner string, purge bool) error {
+	defer d.enter()()
 	if err := d.call(ctx, "DeleteBucket"); err != nil {
 		return err
 	}
@@ -126,8 +155,12 @@ func (d *hookDriver) DeleteBucket(ctx context.Context, name, owner string, purge
 }
 
 func (d *hookDriver) EnsureCredential(ctx context.Context, s driver.CredentialSpec) (driver.Credential, error) {
+	defer d.enter()()
 	if err := d.call(ctx, "EnsureCredential"); err != nil {
 		return driver.Credential{}, err
+	}
+	if d.late.Load() {
+		ctx = context.WithoutCancel(ctx)
 	}
 	c, err := d.Driver.EnsureCredential(ctx, s)
 	if err != nil {
@@ -136,7 +169,20 @@ func (d *hookDriver) EnsureCredential(ctx context.Context, s driver.CredentialSp
 	return c, d.call(ctx, "EnsureCredential/after")
 }
 
+func (d *hookDriver) Inventory(ctx context.Context, prefix string) (driver.Inventory, error) {
+	return d.Driver.(driver.Auditable).Inventory(ctx, prefix)
+}
+
+func (d *hookDriver) DeleteAccessKey(ctx context.Context, user, owner, keyID string) error {
+	defer d.enter()()
+	if err := d.call(ctx, "DeleteAccessKey"); err != nil {
+		return err
+	}
+	return d.Driver.(driver.Auditable).DeleteAccessKey(ctx, user, owner, keyID)
+}
+
 func (d *hookDriver) RevokeCredential(ctx context.Context, user, owner string) error {
+	defer d.enter()()
 	if err := d.call(ctx, "RevokeCredential"); err != nil {
 		return err
 	}
@@ -183,9 +229,13 @@ type harness struct {
 	s3     *s3.Client
 	iam    *iam.Client
 	srv    *httptest.Server
-	// statePath and key let a peer replica share the state and secrets.
+	// statePath, dsn and key let a peer replica share the state and
+	// secrets.
 	statePath string
+	dsn       string
 	key       []byte
+	// reg holds the engine's metrics.
+	reg *prometheus.Registry
 }
 
 type harnessOpts struct {
@@ -203,6 +253,11 @@ type harnessOpts struct {
 	// endpoints, by the driver and by the harness's own clients alike: a
 	// backend as far away as a cloud region's, on loopback.
 	backendLatency time.Duration
+	// workers and callTimeout are the engine's options of those names.
+	workers     int
+	callTimeout time.Duration
+	// noStart leaves the engine unstarted: the test calls Start.
+	noStart bool
 }
 
 func newHarness(t testing.TB, opts ...harnessOpts) *harness {
@@ -218,8 +273,14 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 	}
 	var store testStore
 	var err error
+	dsn := ""
 	if o.postgres {
-		store, err = postgres.Open(ctx, testharness.PostgresSchema(t))
+		if o.peer != nil {
+			dsn = o.peer.dsn
+		} else {
+			dsn = testharness.PostgresSchema(t)
+		}
+		store, err = postgres.Open(ctx, dsn)
 	} else {
 		store, err = sqlite.Open(ctx, statePath)
 	}
@@ -239,6 +300,7 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 		key, prefix = o.peer.key, o.peer.prefix
 	}
 	box, _ := secretbox.New(key)
+	reg := prometheus.NewRegistry()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -250,12 +312,17 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 		AsyncTimeout: o.asyncTimeout,
 		ReplicaID:    o.replica,
 		LeaseTTL:     o.leaseTTL,
+		Workers:      o.workers,
+		CallTimeout:  o.callTimeout,
+		Registerer:   reg,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := eng.Start(ctx); err != nil {
-		t.Fatal(err)
+	if !o.noStart {
+		if err := eng.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cat, _ := catalog.Default().JSON()
 	h, err := osb.NewHandler(osb.Options{Instances: eng, Bindings: eng, Catalog: cat,
@@ -264,7 +331,7 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
-	hs := &harness{t: t, url: srv.URL, prefix: prefix, store: store, eng: eng, drv: drv, srv: srv, statePath: statePath, key: key,
+	hs := &harness{t: t, url: srv.URL, prefix: prefix, store: store, eng: eng, drv: drv, srv: srv, statePath: statePath, dsn: dsn, key: key, reg: reg,
 		s3: s3Client(rootAK, rootSK, o.backendLatency), iam: iamClient(o.backendLatency)}
 	t.Cleanup(func() {
 		srv.Close()
@@ -312,6 +379,24 @@ func (r reply) creds() map[string]any { m, _ := r.body["credentials"].(map[strin
 
 func (h *harness) do(method, path string, body any) reply {
 	h.t.Helper()
+	r, err := h.doErr(method, path, body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return r
+}
+
+// doQuiet is do for other goroutines than the test's: a failed request
+// is a reply with code 0 and the error under "error".
+func (h *harness) doQuiet(method, path string, body any) reply {
+	r, err := h.doErr(method, path, body)
+	if err != nil {
+		return reply{body: map[string]any{"error": err.Error()}}
+	}
+	return r
+}
+
+func (h *harness) doErr(method, path string, body any) (reply, error) {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -323,17 +408,17 @@ func (h *harness) do(method, path string, body any) reply {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := testClient.Do(req)
 	if err != nil {
-		h.t.Fatalf("%s %s: %v", method, path, err)
+		return reply{}, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
 	r := reply{code: resp.StatusCode, body: map[string]any{}}
 	if len(data) > 0 {
 		if err := json.Unmarshal(data, &r.body); err != nil {
-			h.t.Fatalf("%s %s: answer is not JSON: %q", method, path, data)
+			return r, fmt.Errorf("%s %s: answer is not JSON: %q", method, path, data)
 		}
 	}
-	return r
+	return r, nil
 }
 
 func provisionBody(plan string, params map[string]any) map[string]any {
@@ -467,4 +552,24 @@ func canWrite(ak, sk, bucket string) error {
 type testStore interface {
 	engine.Store
 	Close() error
+}
+
+// metric returns the value of the engine's counter or gauge name (summed
+// over its labels; 0 when it has none yet).
+func (h *harness) metric(name string) float64 {
+	h.t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			v += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return v
 }

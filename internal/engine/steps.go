@@ -31,7 +31,11 @@ func (e *Engine) step(ctx context.Context, rec *Record, what string, call func(c
 		if err := e.renew(ctx, rec); err != nil {
 			return err
 		}
-		err := call(ctx)
+		// Shorter than the lease: a call cut off when the lease is lost
+		// has ended before another replica may take over.
+		cctx, cancel := context.WithTimeout(ctx, e.callTO)
+		err := call(cctx)
+		cancel()
 		if err == nil {
 			return nil
 		}
@@ -51,6 +55,7 @@ func (e *Engine) step(ctx context.Context, rec *Record, what string, call func(c
 				return err
 			}
 		}
+		e.metrics.retries.WithLabelValues(what).Inc()
 		e.log.Warn("Backend call failed; retrying", "kind", rec.Kind, "id", rec.ID, "step", what, "attempt", attempt, "error", err)
 		e.sleep(ctx, rand.N(backoff)+time.Millisecond)
 		backoff = min(2*backoff, 30*time.Second)
@@ -311,8 +316,44 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 			return err
 		}
 	}
+	// The overlap rule: a key is created beside any others, recorded, and
+	// only then are the others deleted. Of two holders that overlap (one
+	// paused past its lease, or a request a stalled server carries out
+	// late), one records its key first; the other sees it and keeps it, or
+	// fails to record its own (compare-and-swap) and deletes only that.
+	if rec.AccessKeyID == "" || len(rec.SealedSecret) == 0 {
+		var cred driver.Credential
+		err := e.step(ctx, rec, "create credential", func(ctx context.Context) (err error) {
+			cred, err = e.driver.EnsureCredential(ctx, driver.CredentialSpec{
+				UserName: rec.UserName, Owner: rec.Owner, Bucket: rec.Bucket,
+				Access: driver.Access(rec.Access), KeepOtherKeys: true, AdoptUnmarked: true,
+			})
+			return err
+		})
+		if err != nil {
+			return e.fail(ctx, rec, err)
+		}
+		if cred.SecretAccessKey == "" {
+			return e.finish(ctx, rec, fmt.Errorf("driver returned key %q without its secret", cred.AccessKeyID))
+		}
+		// A new key: record it before anyone is told about it. If we
+		// crash before this write, the resumed bind makes another and
+		// deletes this one with the rest.
+		crashpoint.Hit("bind/key-created")
+		sealed, err := e.box.Seal([]byte(cred.SecretAccessKey), sealContext(rec))
+		if err != nil {
+			return e.finish(ctx, rec, err)
+		}
+		rec.AccessKeyID, rec.SealedSecret = cred.AccessKeyID, sealed
+		if err := e.save(ctx, rec); err != nil {
+			e.dropKey(ctx, rec, cred.AccessKeyID)
+			return err
+		}
+		crashpoint.Hit("bind/key-recorded")
+	}
+	// The record holds the key: now it is made the only one.
 	var cred driver.Credential
-	err := e.step(ctx, rec, "create credential", func(ctx context.Context) (err error) {
+	err := e.step(ctx, rec, "delete other keys", func(ctx context.Context) (err error) {
 		cred, err = e.driver.EnsureCredential(ctx, driver.CredentialSpec{
 			UserName: rec.UserName, Owner: rec.Owner, Bucket: rec.Bucket,
 			Access: driver.Access(rec.Access), KeepKeyID: rec.AccessKeyID, AdoptUnmarked: true,
@@ -328,23 +369,57 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 		return e.fail(ctx, rec, err)
 	}
 	if cred.SecretAccessKey != "" {
-		// A new key: record it before anyone is told about it. If we crash
-		// before this write, the next EnsureCredential deletes the key.
-		crashpoint.Hit("bind/key-created")
+		// The recorded key was gone (deleted behind our back): the new
+		// one replaces it in the write that ends the operation.
 		sealed, err := e.box.Seal([]byte(cred.SecretAccessKey), sealContext(rec))
 		if err != nil {
 			return e.finish(ctx, rec, err)
 		}
-		// The key and the end of the operation are one write.
 		rec.AccessKeyID, rec.SealedSecret = cred.AccessKeyID, sealed
-	} else if cred.AccessKeyID != rec.AccessKeyID || len(rec.SealedSecret) == 0 {
+	} else if cred.AccessKeyID != rec.AccessKeyID {
 		return e.finish(ctx, rec, fmt.Errorf("driver kept key %q but the record holds %q", cred.AccessKeyID, rec.AccessKeyID))
 	}
 	if err := e.finish(ctx, rec, nil); err != nil {
 		return err
 	}
-	crashpoint.Hit("bind/key-recorded")
 	return nil
+}
+
+// dropKey deletes a key this holder created but could not record (another
+// holder wrote the record first, or this one lost its lease or its store):
+// nobody holds it, and whoever recorded a key keeps that one. It is the
+// only side effect of a holder that lost its lease, and it deletes only
+// what that holder made: the key, or the whole user when the binding has
+// been unbound meanwhile (the call may have made the user again). A write that failed may still have been
+// committed: the record is read first, and a key it holds is kept. What
+// cannot be done here (the store or the backend fails, or the driver
+// cannot delete one key) is left to the next bind of the binding or the
+// leak audit.
+func (e *Engine) dropKey(ctx context.Context, rec *Record, keyID string) {
+	a, ok := e.driver.(driver.Auditable)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.callTO)
+	defer cancel()
+	cur, err := e.store.Get(ctx, rec.Kind, rec.ID)
+	if err == nil && cur.AccessKeyID == keyID {
+		return // recorded after all
+	}
+	switch {
+	case err == nil && cur.Phase == PhaseDeleted:
+		// Unbound meanwhile: the user is this holder's making too (the
+		// unbind found none, or revoked it before this call made it
+		// again), and nothing may be left under the name.
+		err = e.driver.RevokeCredential(ctx, rec.UserName, rec.Owner)
+	case err == nil:
+		err = a.DeleteAccessKey(ctx, rec.UserName, rec.Owner, keyID)
+	}
+	if err != nil {
+		e.log.Warn("Cannot delete a key this replica made but could not record; the leak audit reports it", "kind", rec.Kind, "id", rec.ID, "key_id", keyID, "error", err)
+		return
+	}
+	e.log.Info("Deleted a key this replica made but could not record", "kind", rec.Kind, "id", rec.ID, "key_id", keyID)
 }
 
 func (e *Engine) unbind(ctx context.Context, rec *Record) error {

@@ -86,6 +86,17 @@ type CredentialSpec struct {
 	// empty. Every other key of the user is deleted: a key created by an
 	// earlier call whose answer was lost (a crash) must not stay live.
 	KeepKeyID string
+	// KeepOtherKeys makes EnsureCredential leave the user's other keys
+	// alone: it returns the KeepKeyID key when it is live, and otherwise
+	// creates a new key beside the ones there are. The engine creates a
+	// key so, records it, and only then calls again with KeepKeyID set to
+	// delete the others: of two callers that overlap (a process paused
+	// past its lease, a request a stalled server carries out late),
+	// neither deletes the key the other recorded. drivertest checks it; a
+	// driver that ignores it still works, with the overlap then guarded by
+	// the engine's lease alone. A driver whose backend limits a user's
+	// keys may delete the oldest others to make room for the new one.
+	KeepOtherKeys bool
 	// AdoptUnmarked lets EnsureCredential adopt an existing user with no
 	// owner mark at all: the user is marked (and given whatever else
 	// creation sets), then treated as the caller's own, so its other keys

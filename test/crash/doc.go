@@ -64,6 +64,13 @@
 // backend request slowed down, the catalog, last_operation and an async
 // provision's 202 answer as fast as on a clean backend.
 //
+// TestReplicasStalledBackend runs three broker replicas on one PostgreSQL
+// database against a versitygw pair of its own, stops that pair with
+// SIGSTOP for three lease TTLs, twice, under a storm of duplicate binds,
+// and has one replica die at bind/key-created: every bind gets its final
+// answer, every binding one user with exactly the answered, working key,
+// and the leak audit is clean.
+//
 // docs/guarantees.md states the guarantees and holds the last table;
 // `make test-crash` runs the whole proof.
 package crash

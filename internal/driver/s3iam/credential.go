@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
@@ -120,6 +121,9 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 	if err != nil {
 		return driver.Credential{}, err
 	}
+	if spec.KeepOtherKeys {
+		return d.addKey(ctx, spec, keys)
+	}
 	kept := false
 	for _, k := range keys {
 		id := aws.ToString(k.AccessKeyId)
@@ -173,6 +177,39 @@ func (d *Driver) newUserCredential(ctx context.Context, user, policy string) (dr
 	}
 	return cred, nil
 }
+
+// addKey is EnsureCredential with spec.KeepOtherKeys: the kept key if it
+// is live, else a new key beside the others. The others are left for the
+// caller to delete once it has recorded its key, except that the oldest
+// give way when IAM's limit on a user's keys leaves no room for a new one.
+func (d *Driver) addKey(ctx context.Context, spec driver.CredentialSpec, keys []types.AccessKeyMetadata) (driver.Credential, error) {
+	for _, k := range keys {
+		if id := aws.ToString(k.AccessKeyId); spec.KeepKeyID != "" && id == spec.KeepKeyID {
+			if k.Status != types.StatusTypeActive {
+				_, err := d.iam.UpdateAccessKey(ctx, &iam.UpdateAccessKeyInput{
+					UserName: &spec.UserName, AccessKeyId: &id, Status: types.StatusTypeActive,
+				})
+				if err != nil {
+					return driver.Credential{}, mapIAMErr(err, "activate key %s of user %q", id, spec.UserName)
+				}
+			}
+			return driver.Credential{AccessKeyID: id}, nil
+		}
+	}
+	slices.SortFunc(keys, func(a, b types.AccessKeyMetadata) int {
+		return aws.ToTime(a.CreateDate).Compare(aws.ToTime(b.CreateDate))
+	})
+	for ; len(keys) >= maxKeysPerUser; keys = keys[1:] {
+		if err := d.deleteKey(ctx, spec.UserName, aws.ToString(keys[0].AccessKeyId)); err != nil {
+			return driver.Credential{}, err
+		}
+	}
+	return d.createKey(ctx, spec.UserName)
+}
+
+// maxKeysPerUser is IAM's limit on a user's access keys: a new key needs
+// one of them free.
+const maxKeysPerUser = 2
 
 func (d *Driver) putPolicy(ctx context.Context, user, policy string) error {
 	_, err := d.iam.PutUserPolicy(ctx, &iam.PutUserPolicyInput{

@@ -124,6 +124,7 @@ func Run(t *testing.T, cfg Config) {
 			"RevokeTwice":         s.testRevokeTwice,
 			"RevokeWithExtras":    s.testRevokeWithExtras,
 			"LostAnswer":          s.testLostAnswer,
+			"KeepOtherKeys":       s.testKeepOtherKeys,
 			"Scope":               s.testScope,
 			"OwnedByOther":        s.testUserOwnedByOther,
 			"Unmarked":            s.testUserUnmarked,
@@ -575,6 +576,64 @@ func (s *suite) testLostAnswer(t *testing.T) {
 	if !slices.Equal(obs.KeyIDs, []string{again.AccessKeyID}) {
 		t.Errorf("live keys = %q, want only [%s]", obs.KeyIDs, again.AccessKeyID)
 	}
+}
+
+// testKeepOtherKeys is two callers of one credential that overlap: one
+// has recorded its key; the other, knowing none, makes a key beside it with
+// KeepOtherKeys, and the first key keeps working until the second caller,
+// having recorded its own, deletes the others.
+func (s *suite) testKeepOtherKeys(t *testing.T) {
+	ctx := testContext(t)
+	n := s.newNames(t)
+	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
+	spec := driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite}
+	first := s.ensureCredential(ctx, t, spec)
+
+	spec.KeepOtherKeys = true
+	second, err := s.cfg.Driver.EnsureCredential(ctx, spec)
+	if err != nil {
+		t.Fatalf("EnsureCredential(KeepOtherKeys): %v", err)
+	}
+	if second.AccessKeyID == "" || second.SecretAccessKey == "" || second.AccessKeyID == first.AccessKeyID {
+		t.Fatalf("EnsureCredential(KeepOtherKeys) = key %q (secret set %v), want a new key with its secret",
+			second.AccessKeyID, second.SecretAccessKey != "")
+	}
+	both := []string{first.AccessKeyID, second.AccessKeyID}
+	slices.Sort(both)
+	obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
+	if got := slices.Sorted(slices.Values(obs.KeyIDs)); !slices.Equal(got, both) {
+		t.Errorf("live keys = %q, want both %q", got, both)
+	}
+	c1 := s.s3Client(first.AccessKeyID, first.SecretAccessKey)
+	c2 := s.s3Client(second.AccessKeyID, second.SecretAccessKey)
+	s.wantAllowed(ctx, t, "put with the first key", func() error { return put(ctx, c1, n.bucket, "k1", "v") })
+	s.wantAllowed(ctx, t, "put with the second key", func() error { return put(ctx, c2, n.bucket, "k2", "v") })
+
+	// With a live key to keep, it is returned and nothing changes.
+	spec.KeepKeyID = first.AccessKeyID
+	kept, err := s.cfg.Driver.EnsureCredential(ctx, spec)
+	if err != nil {
+		t.Fatalf("EnsureCredential(KeepOtherKeys, KeepKeyID): %v", err)
+	}
+	if kept.AccessKeyID != first.AccessKeyID || kept.SecretAccessKey != "" {
+		t.Errorf("EnsureCredential(KeepOtherKeys, KeepKeyID=%s) = key %q (secret set %v), want the kept key without its secret",
+			first.AccessKeyID, kept.AccessKeyID, kept.SecretAccessKey != "")
+	}
+	obs = s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
+	if got := slices.Sorted(slices.Values(obs.KeyIDs)); !slices.Equal(got, both) {
+		t.Errorf("live keys after keeping one = %q, want both %q", got, both)
+	}
+
+	// The caller that recorded the second key deletes the others.
+	spec.KeepOtherKeys, spec.KeepKeyID = false, second.AccessKeyID
+	if got, err := s.cfg.Driver.EnsureCredential(ctx, spec); err != nil || got.AccessKeyID != second.AccessKeyID {
+		t.Fatalf("EnsureCredential(KeepKeyID=second) = %q, %v; want the second key", got.AccessKeyID, err)
+	}
+	obs = s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
+	if !slices.Equal(obs.KeyIDs, []string{second.AccessKeyID}) {
+		t.Errorf("live keys = %q, want only [%s]", obs.KeyIDs, second.AccessKeyID)
+	}
+	s.wantDenied(ctx, t, "put with the deleted first key", func() error { return put(ctx, c1, n.bucket, "k3", "v") })
 }
 
 func (s *suite) testScope(t *testing.T) {

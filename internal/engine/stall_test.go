@@ -1,0 +1,376 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bucketbroker/bucketbroker/internal/engine"
+)
+
+// TestStalledCallKeepsLease stalls the backend under a bind for three
+// lease TTLs on one of three replicas sharing a PostgreSQL store. The
+// holder renews its lease while its call hangs, so neither other replica
+// takes the bind over: the one key the bind makes is the one it answers.
+// (Before, the lease was renewed only between steps, and both replicas
+// drove the bind.)
+func TestStalledCallKeepsLease(t *testing.T) {
+	const ttl = 2 * time.Second
+	a := newHarness(t, harnessOpts{postgres: true, replica: "a", leaseTTL: ttl})
+	b := newHarness(t, harnessOpts{postgres: true, peer: a, replica: "b", leaseTTL: ttl})
+	c := newHarness(t, harnessOpts{postgres: true, peer: a, replica: "c", leaseTTL: ttl})
+
+	id := instancePth + newID()
+	a.want(a.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+	g := newGate()
+	a.drv.hook("EnsureCredential", g.hold)
+	bind := id + "/service_bindings/" + newID()
+	op := a.want(a.do("PUT", async(bind), bindBody(planStd, nil)), http.StatusAccepted, "bind on a").str("operation")
+	g.waitEntered(t)
+
+	// The backend hangs for three leases; b and c look for expired
+	// leases every quarter of one. The calls a makes meanwhile run out
+	// (the call deadline is half the lease) and are retried.
+	time.Sleep(3 * ttl)
+	for _, h := range []*harness{b, c} {
+		if n := h.drv.count("EnsureCredential"); n != 0 {
+			t.Errorf("another replica called EnsureCredential %d times while a held the lease", n)
+		}
+		if n := h.metric("bucketbroker_lease_takeovers_total"); n != 0 {
+			t.Errorf("another replica took over %v operations", n)
+		}
+	}
+	if n := a.metric("bucketbroker_lease_renewals_total"); n == 0 {
+		t.Error("a never renewed its lease during the stall")
+	}
+	if n := a.metric("bucketbroker_backend_retries_total"); n == 0 {
+		t.Error("a's calls into the stalled backend were never cut off and retried")
+	}
+	g.release()
+
+	if s := b.waitOp(bind, op); s != "succeeded" {
+		t.Fatalf("bind ended %q", s)
+	}
+	cr := c.want(c.do("PUT", bind, bindBody(planStd, nil)), http.StatusOK, "bind again on c").creds()
+	ak := cr["access_key_id"].(string)
+	if err := canWrite(ak, cr["secret_access_key"].(string), cr["bucket"].(string)); err != nil {
+		t.Errorf("the answered credentials do not work: %v", err)
+	}
+	users := a.users()
+	if len(users) != 1 {
+		t.Fatalf("users = %v, want one", users)
+	}
+	for u, keys := range users {
+		if len(keys) != 1 || keys[0] != ak {
+			t.Errorf("user %s has keys %v, want only the answered %s", u, keys, ak)
+		}
+	}
+}
+
+// TestLostLeaseStopsWorker takes a bind's lease away from its holder while
+// the holder is inside a backend call (as a replica would after the lease
+// ran out): the holder's call is cut off at once and it makes no further
+// backend call or write, even when the backend comes back.
+func TestLostLeaseStopsWorker(t *testing.T) {
+	const ttl = 2 * time.Second
+	a := newHarness(t, harnessOpts{postgres: true, replica: "a", leaseTTL: ttl, callTimeout: ttl * 9 / 10})
+	id := instancePth + newID()
+	a.want(a.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+
+	held := make(chan struct{}, 10)
+	back := make(chan struct{})
+	a.drv.hook("EnsureCredential", func(ctx context.Context) error {
+		held <- struct{}{}
+		<-back // the backend stalls, whatever the caller does
+		return nil
+	})
+	bindID := newID()
+	bind := id + "/service_bindings/" + bindID
+	a.want(a.do("PUT", async(bind), bindBody(planStd, nil)), http.StatusAccepted, "bind")
+	<-held
+
+	// Another replica takes the lease over.
+	ctx := context.Background()
+	var stolen *engine.Record
+	for {
+		r, err := a.store.Get(ctx, engine.KindBinding, bindID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Lease, r.LeaseUntil = "z", time.Now().Add(time.Hour)
+		if err = a.store.Update(ctx, r); err == nil {
+			stolen = r
+			break
+		}
+		if !errors.Is(err, engine.ErrStale) {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "a stops its worker", func() bool { return a.metric("bucketbroker_leases_lost_total") == 1 })
+
+	// The backend comes back: what the lost holder asked for is never
+	// carried out, and the record is left to its new holder.
+	close(back)
+	waitFor(t, "a's worker to go", func() bool { return a.metric("bucketbroker_operations_in_flight") == 0 })
+	if users := a.users(); len(users) != 0 {
+		t.Errorf("users = %v, want none: the holder that lost its lease went on", users)
+	}
+	r, err := a.store.Get(ctx, engine.KindBinding, bindID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Version != stolen.Version || r.Lease != "z" {
+		t.Errorf("record written after the lease was lost: version %d (want %d), lease %q", r.Version, stolen.Version, r.Lease)
+	}
+}
+
+// TestOverlappingHoldersConverge lets two holders of one bind overlap, as
+// a process paused past its lease would: holder a is inside its key
+// creation when its lease is taken over; b drives the bind to its end; then
+// a's call is carried out after all, and a goes on. The rule (create a key
+// beside the others, record it, only then delete the others; a holder
+// whose record write loses deletes only the key it made) leaves exactly
+// the key b recorded and answered. (Before, a's late call deleted every
+// key but the one it knew, none, and made one nobody was given.)
+func TestOverlappingHoldersConverge(t *testing.T) {
+	const ttl = time.Second
+	a := newHarness(t, harnessOpts{postgres: true, replica: "a", leaseTTL: ttl})
+	b := newHarness(t, harnessOpts{postgres: true, peer: a, replica: "b", leaseTTL: ttl})
+	id := instancePth + newID()
+	a.want(a.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+
+	paused, wake := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	a.drv.late.Store(true)
+	a.drv.hook("EnsureCredential", func(context.Context) error {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			paused <- struct{}{}
+			<-wake // paused: blind to its context, its lease, everything
+		}
+		return nil
+	})
+	bindID := newID()
+	bind := id + "/service_bindings/" + bindID
+	op := a.want(a.do("PUT", async(bind), bindBody(planStd, nil)), http.StatusAccepted, "bind on a").str("operation")
+	<-paused
+
+	// a's lease runs out as if a had stopped renewing it; b takes over.
+	ctx := context.Background()
+	for {
+		r, err := a.store.Get(ctx, engine.KindBinding, bindID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Lease, r.LeaseUntil = "gone", time.Now().Add(-time.Second)
+		if err = a.store.Update(ctx, r); err == nil {
+			break
+		} else if !errors.Is(err, engine.ErrStale) {
+			t.Fatal(err)
+		}
+	}
+	if s := b.waitOp(bind, op); s != "succeeded" {
+		t.Fatalf("bind driven by b ended %q", s)
+	}
+	if n := b.metric("bucketbroker_lease_takeovers_total"); n != 1 {
+		t.Errorf("b counted %v takeovers, want 1", n)
+	}
+	cr := b.want(b.do("PUT", bind, bindBody(planStd, nil)), http.StatusOK, "bind again on b").creds()
+	ak := cr["access_key_id"].(string)
+
+	// a wakes up inside its call, which the backend carries out.
+	close(wake)
+	waitFor(t, "a's worker to go", func() bool { return a.metric("bucketbroker_operations_in_flight") == 0 })
+	if err := canWrite(ak, cr["secret_access_key"].(string), cr["bucket"].(string)); err != nil {
+		t.Errorf("the answered credentials stopped working: %v", err)
+	}
+	users := a.users()
+	if len(users) != 1 {
+		t.Fatalf("users = %v, want one", users)
+	}
+	for u, keys := range users {
+		if len(keys) != 1 || keys[0] != ak {
+			t.Errorf("user %s has keys %v, want only the answered %s", u, keys, ak)
+		}
+	}
+	if again := a.want(a.do("PUT", bind, bindBody(planStd, nil)), http.StatusOK, "bind again on a").creds(); again["access_key_id"] != ak {
+		t.Errorf("a answers key %v, b answered %s", again["access_key_id"], ak)
+	}
+}
+
+// TestOverlappingBindAndUnbind is TestOverlappingHoldersConverge with an
+// unbind instead of the takeover: while holder a is paused inside its key
+// creation, the binding is unbound on b; then a's call is carried out,
+// making the user and a key again. a deletes what it made, and nothing is
+// left under the binding's name. (Deleting only the key left the user.)
+func TestOverlappingBindAndUnbind(t *testing.T) {
+	const ttl = time.Second
+	a := newHarness(t, harnessOpts{postgres: true, replica: "a", leaseTTL: ttl})
+	b := newHarness(t, harnessOpts{postgres: true, peer: a, replica: "b", leaseTTL: ttl})
+	id := instancePth + newID()
+	a.want(a.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+
+	paused, wake := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	a.drv.late.Store(true)
+	a.drv.hook("EnsureCredential", func(context.Context) error {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			paused <- struct{}{}
+			<-wake
+		}
+		return nil
+	})
+	bindID := newID()
+	bind := id + "/service_bindings/" + bindID
+	a.want(a.do("PUT", async(bind), bindBody(planStd, nil)), http.StatusAccepted, "bind on a")
+	<-paused
+
+	ctx := context.Background()
+	for {
+		r, err := a.store.Get(ctx, engine.KindBinding, bindID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Lease, r.LeaseUntil = "gone", time.Now().Add(-time.Second)
+		if err = a.store.Update(ctx, r); err == nil {
+			break
+		} else if !errors.Is(err, engine.ErrStale) {
+			t.Fatal(err)
+		}
+	}
+	b.want(b.do("DELETE", del(bind, planStd, false), nil), http.StatusOK, "unbind on b")
+
+	close(wake)
+	waitFor(t, "a's worker to go", func() bool { return a.metric("bucketbroker_operations_in_flight") == 0 })
+	if users := a.users(); len(users) != 0 {
+		t.Errorf("users = %v after the unbind, want none", users)
+	}
+}
+
+// TestResumeIsBounded restarts an engine with 1,000 provisions in flight:
+// the restarted engine drives no more of them at once than its workers,
+// and every one of them succeeds. (Before, each got a goroutine of its own
+// at start-up and all of them called the backend together.)
+func TestResumeIsBounded(t *testing.T) {
+	const n, workers = 1000, 8
+	a := newHarness(t, harnessOpts{postgres: true, replica: "r", workers: workers})
+	stall := make(chan struct{})
+	a.drv.hook("Observe", func(ctx context.Context) error {
+		select {
+		case <-stall:
+		case <-ctx.Done():
+		}
+		return errors.New("backend down")
+	})
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 16)
+	for i := range ids {
+		ids[i] = newID()
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(id string) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if r := a.doQuiet("PUT", async(instancePth+id), provisionBody(planStd, nil)); r.code != http.StatusAccepted {
+				errs <- fmt.Errorf("provision %s: %d %v", id, r.code, r.body)
+			}
+		}(ids[i])
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if d := a.metric("bucketbroker_work_queue_depth"); d < n-2*workers {
+		t.Errorf("queue depth %v with %d operations and %d workers", d, n, workers)
+	}
+	if p := a.drv.peak.Load(); p > workers {
+		t.Errorf("%d backend calls at once with %d workers", p, workers)
+	}
+	// The process stops (its calls cut off) with every provision in
+	// flight; it comes back under the same replica id.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = a.eng.Shutdown(ctx)
+	close(stall)
+
+	b := newHarness(t, harnessOpts{postgres: true, peer: a, replica: "r", workers: workers, noStart: true})
+	resumed := time.Now()
+	if err := b.eng.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		left, err := b.store.List(context.Background(), engine.ListOptions{Unfinished: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d operations still unfinished after 10 minutes", len(left))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("%d provisions resumed and finished in %s with %d workers: at most %d backend calls at once",
+		n, time.Since(resumed).Round(time.Millisecond), workers, b.drv.peak.Load())
+	if p := b.drv.peak.Load(); p > workers {
+		t.Errorf("%d backend calls at once after the restart, with %d workers", p, workers)
+	}
+	recs, err := b.store.List(context.Background(), engine.ListOptions{Kind: engine.KindInstance})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != n {
+		t.Fatalf("%d instances stored, want %d", len(recs), n)
+	}
+	for _, r := range recs {
+		if r.Op.State != engine.OpSucceeded {
+			t.Errorf("instance %s: %s %s: %s", r.ID, r.Op.Type, r.Op.State, r.Op.Description)
+		}
+	}
+	if got := len(b.buckets()); got != n {
+		t.Errorf("%d buckets, want %d", got, n)
+	}
+}
+
+// waitFor polls cond for up to a minute (a bound for a hang, not a speed
+// target).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(time.Minute); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("still waiting for %s after a minute", what)
+		}
+	}
+}
+
+// TestRetriesDoNotStarveRequests fills every worker of an engine with binds
+// whose backend calls keep failing (they retry with backoff until their
+// deadline), then sends a new synchronous provision: it is answered 201,
+// because a worker gives its place back while it backs off. (Were the
+// places held through the backoff, the provision would wait in the queue
+// until its sync timeout.)
+func TestRetriesDoNotStarveRequests(t *testing.T) {
+	const workers = 2
+	h := newHarness(t, harnessOpts{postgres: true, workers: workers, syncTimeout: 20 * time.Second})
+	id := instancePth + newID()
+	h.want(h.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+	h.drv.hook("EnsureCredential", func(context.Context) error { return errors.New("backend says no") })
+	for range 2 * workers {
+		h.want(h.do("PUT", async(id+"/service_bindings/"+newID()), bindBody(planStd, nil)), http.StatusAccepted, "bind")
+	}
+	waitFor(t, "the binds to retry", func() bool { return h.metric("bucketbroker_backend_retries_total") >= 4*workers })
+
+	h.want(h.do("PUT", instancePth+newID(), provisionBody(planStd, nil)), http.StatusCreated, "provision while the binds retry")
+}
