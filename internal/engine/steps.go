@@ -331,7 +331,7 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 			return err
 		})
 		if err != nil {
-			return e.fail(ctx, rec, err)
+			return e.bindFailed(ctx, rec, err)
 		}
 		if cred.SecretAccessKey == "" {
 			return e.finish(ctx, rec, fmt.Errorf("driver returned key %q without its secret", cred.AccessKeyID))
@@ -360,13 +360,8 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 		})
 		return err
 	})
-	if errors.Is(err, driver.ErrInvalid) {
-		// As for a refused bucket: the user (and a key) may exist by now,
-		// and nobody would ever revoke them.
-		return e.revokeRefused(ctx, rec, err)
-	}
 	if err != nil {
-		return e.fail(ctx, rec, err)
+		return e.bindFailed(ctx, rec, err)
 	}
 	if cred.SecretAccessKey != "" {
 		// The recorded key was gone (deleted behind our back): the new
@@ -383,6 +378,16 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 		return err
 	}
 	return nil
+}
+
+// bindFailed ends or retries a bind whose EnsureCredential failed. A
+// refusal for good is handled as for a refused bucket: the user (and a key)
+// may exist by now, and nobody would ever revoke them.
+func (e *Engine) bindFailed(ctx context.Context, rec *Record, err error) error {
+	if errors.Is(err, driver.ErrInvalid) {
+		return e.revokeRefused(ctx, rec, err)
+	}
+	return e.fail(ctx, rec, err)
 }
 
 // dropKey deletes a key this holder created but could not record (another
