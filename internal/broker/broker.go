@@ -369,10 +369,10 @@ func (b *Broker) ready(drv driver.Driver) func(context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		if _, err := b.store.Get(ctx, engine.KindInstance, "readiness-probe"); err != nil && !errors.Is(err, engine.ErrNotFound) {
-			return fmt.Errorf("store: %w", err)
+			return &osb.CheckError{Check: "store", Err: err}
 		}
 		if _, err := drv.Observe(ctx, driver.ObserveRequest{}); err != nil {
-			return fmt.Errorf("storage backend: %w", err)
+			return &osb.CheckError{Check: "storage backend", Err: err}
 		}
 		return nil
 	}

@@ -273,8 +273,9 @@ func TestDeprovisionRevokesBindings(t *testing.T) {
 	// The standard plan refuses to delete a non-empty bucket; the bindings
 	// are revoked all the same.
 	r := h.do("DELETE", del(inst, planStd, false), nil)
-	if r.code != http.StatusInternalServerError || !strings.Contains(r.str("description"), "not empty") {
-		t.Fatalf("delete of a non-empty bucket: %d %v, want 500 saying it is not empty", r.code, r.body)
+	if d := r.str("description"); r.code != http.StatusInternalServerError || !strings.Contains(d, "not empty") ||
+		!strings.Contains(d, "probe") || !strings.Contains(d, "purge_on_delete") {
+		t.Fatalf("delete of a non-empty bucket: %d %v, want 500 saying it is not empty, what it holds (the object probe) and what to do", r.code, r.body)
 	}
 	if b := h.buckets(); len(b) != 1 {
 		t.Fatalf("buckets = %v: the non-empty bucket must stay", b)

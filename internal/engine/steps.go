@@ -204,7 +204,9 @@ func (e *Engine) deprovision(ctx context.Context, rec *Record) error {
 			err = nil
 		}
 		if errors.Is(err, driver.ErrBucketNotEmpty) {
-			err = giveUp{fmt.Errorf("bucket %q is not empty: delete its objects, or update the instance with {\"purge_on_delete\": true}, then deprovision again", rec.Bucket)}
+			// The driver's text says what the bucket holds; the advice
+			// says what to do about it.
+			err = giveUp{fmt.Errorf("%v: delete its objects, or update the instance with {\"purge_on_delete\": true}, then deprovision again", err)}
 		}
 		if err != nil {
 			return e.fail(ctx, rec, err)

@@ -52,7 +52,9 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Gatherer is served on /metrics; nil leaves /metrics unrouted (404).
 	Gatherer prometheus.Gatherer
-	// Ready answers /readyz; nil means always ready.
+	// Ready answers /readyz; nil means always ready. A failure wrapped in a
+	// CheckError names its check in the answer (the cause goes to the log
+	// only).
 	Ready func(ctx context.Context) error
 	// Warnings, if set, are shown in a ready /readyz answer: conditions an
 	// operator must act on that do not stop this replica from serving
@@ -338,8 +340,14 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 		if err := h.ready(ctx); err != nil {
 			// The cause goes to the log only: /readyz is unauthenticated.
+			// The name of the failed check is no secret, and tells an
+			// operator (or a probe's event) where to look.
 			noteError(w, fmt.Errorf("readiness check: %w", err))
-			writeJSON(w, http.StatusServiceUnavailable, statusBody{Status: "not ready"})
+			body := statusBody{Status: "not ready"}
+			if ce := (*CheckError)(nil); errors.As(err, &ce) {
+				body.Failed = ce.Check
+			}
+			writeJSON(w, http.StatusServiceUnavailable, body)
 			return
 		}
 	}
@@ -352,8 +360,21 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 
 type statusBody struct {
 	Status   string   `json:"status"`
+	Failed   string   `json:"failed,omitempty"`
 	Warnings []string `json:"warnings,omitempty"`
 }
+
+// CheckError is a readiness check's failure: Check names what failed
+// ("store", "storage backend") and is shown in the /readyz answer; Err is
+// the cause, which is logged only.
+type CheckError struct {
+	Check string
+	Err   error
+}
+
+func (e *CheckError) Error() string { return e.Check + ": " + e.Err.Error() }
+
+func (e *CheckError) Unwrap() error { return e.Err }
 
 // requestInfo carries what the route learned back to the log line.
 type requestInfo struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -311,6 +312,13 @@ func TestProbes(t *testing.T) {
 		"readyz not ready": {
 			reason: "Ready failing is 503, and the cause stays in the log", ready: func(context.Context) error { return errDown },
 			path: "/readyz", want: http.StatusServiceUnavailable, wantBody: `{"status":"not ready"}`,
+		},
+		"readyz names the failed check": {
+			reason: "a CheckError's name is shown, its cause is not",
+			ready: func(context.Context) error {
+				return fmt.Errorf("readiness: %w", &CheckError{Check: "store", Err: errDown})
+			},
+			path: "/readyz", want: http.StatusServiceUnavailable, wantBody: `{"status":"not ready","failed":"store"}`,
 		},
 		"readyz with a warning": {
 			reason: "a warning shows in a ready answer and does not make it unready", ready: func(context.Context) error { return nil },

@@ -20,9 +20,10 @@ const frozenGuard = 30 * time.Second
 // its processes: connections stay open, the kernel acknowledges what is
 // sent, nothing answers, as in a network partition) under the real binary.
 // Sync and async provisions, last_operation and /readyz are answered 503,
-// while the database is still frozen, with a description, and the log
-// says why /readyz fails; once the database is thawed the platform's
-// retries succeed, and every instance has exactly one bucket.
+// while the database is still frozen, with a description; /readyz names
+// the failed check ("store") and the log says why it failed; once the
+// database is thawed the platform's retries succeed, and every instance
+// has exactly one bucket.
 func TestFrozenStore(t *testing.T) {
 	pg := harness.NewPostgres(t)
 	b := newBroker(t)
@@ -61,6 +62,8 @@ func TestFrozenStore(t *testing.T) {
 			t.Errorf("%s %s while the database is frozen: %v, want 503", req.method, req.path, r)
 		} else if req.path != "/readyz" && r.Description() == "" {
 			t.Errorf("%s %s while the database is frozen: 503 without a description: %v", req.method, req.path, r)
+		} else if req.path == "/readyz" && r.Body["failed"] != "store" {
+			t.Errorf("GET /readyz while the database is frozen: %v, want the answer to name the failed check \"store\"", r)
 		}
 	}
 	// The request's log line is written just after its answer is sent.
