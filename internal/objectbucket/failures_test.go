@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -192,9 +191,7 @@ func TestUserSecretNeverOverwritten(t *testing.T) {
 	obc := newClaim(ns, "app", class, nil)
 	create(ctx, t, obc)
 	got := waitPhase(ctx, t, obc, obv1.PhaseFailed)
-	if c := meta.FindStatusCondition(got.Status.Conditions, ConditionProvisioned); c == nil || c.Reason != ReasonSecretConflict {
-		t.Errorf("Provisioned condition = %+v, want reason %s", c, ReasonSecretConflict)
-	}
+	wantProvisioned(t, got, ReasonSecretConflict)
 	var after corev1.Secret
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(mine), &after); err != nil {
 		t.Fatal(err)
@@ -323,9 +320,7 @@ func TestExactNameTaken(t *testing.T) {
 	obc := newClaim(ns, "taken", class, func(s *obv1.ObjectBucketClaimSpec) { s.GenerateBucketName, s.BucketName = "", taken })
 	create(ctx, t, obc)
 	got := waitPhase(ctx, t, obc, obv1.PhaseFailed)
-	if c := meta.FindStatusCondition(got.Status.Conditions, ConditionProvisioned); c == nil || c.Reason != ReasonBucketConflict {
-		t.Errorf("Provisioned condition = %+v, want reason %s", c, ReasonBucketConflict)
-	}
+	wantProvisioned(t, got, ReasonBucketConflict)
 	deleteObj(ctx, t, obc)
 	waitGone(ctx, t, obc)
 	if !bucketExists(ctx, t, taken) {
@@ -351,9 +346,7 @@ func TestDeleteWhileProvisioningRetries(t *testing.T) {
 		return n >= 2, fmt.Sprint(n, " calls")
 	})
 	got := getClaim(ctx, t, k8s, obc)
-	if c := meta.FindStatusCondition(got.Status.Conditions, ConditionProvisioned); c == nil || c.Reason != ReasonBackendError {
-		t.Errorf("Provisioned condition while failing = %+v, want reason %s", c, ReasonBackendError)
-	}
+	wantProvisioned(t, got, ReasonBackendError)
 	deleteObj(ctx, t, obc)
 	waitGone(ctx, t, obc)
 	calls := drv.ensureBucketCalls.Load()
