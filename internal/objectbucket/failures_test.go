@@ -184,7 +184,8 @@ func TestUserSecretNeverOverwritten(t *testing.T) {
 	apiServer(t)
 	ctx := testContext(t)
 	ns := namespace(ctx, t, k8s)
-	run := startController(t, runOptions{provisioner: newProvisioner()})
+	drv := &hookDriver{Driver: backend.drv}
+	run := startController(t, runOptions{provisioner: newProvisioner(), drv: drv})
 	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
 	mine := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}, StringData: map[string]string{"password": "hunter2"}}
 	create(ctx, t, mine)
@@ -192,6 +193,16 @@ func TestUserSecretNeverOverwritten(t *testing.T) {
 	create(ctx, t, obc)
 	got := waitPhase(ctx, t, obc, obv1.PhaseFailed)
 	wantProvisioned(t, got, ReasonSecretConflict)
+	// Later passes of the blocked claim make no key to revoke again, on a
+	// CRD whose status says why (the condition) and on one that keeps only
+	// the phase (NooBaa's).
+	for i := range 3 {
+		patchAnnotation(ctx, t, obc, "test/poke", fmt.Sprint(i))
+	}
+	time.Sleep(time.Second) // the passes write nothing to wait for (as in TestPrunedObjectBucketNameProvisionsOnce)
+	if n := drv.ensureCredCalls.Load(); n != 1 {
+		t.Errorf("EnsureCredential called %d times, want once: a claim blocked by a user's Secret makes no key on later passes", n)
+	}
 	var after corev1.Secret
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(mine), &after); err != nil {
 		t.Fatal(err)
