@@ -204,11 +204,12 @@ func (r *Reconciler) ensureObjectBucket(ctx context.Context, s *scope) (reconcil
 	return reconcile.Result{}, nil
 }
 
-// ensureRecord moves the binding and the record of an ObjectBucket written
-// before they lived in metadata (plan read them from its spec) into its
+// ensureRecord copies the binding and the record of an ObjectBucket
+// written before they lived in metadata (plan read them from its spec, or
+// found it by name and owner mark where claimRef was pruned) into its
 // label and annotations, with a patch preconditioned on its
-// resourceVersion, before anything else is done for the claim: a schema
-// that prunes spec.claimRef then loses nothing the controller reads.
+// resourceVersion, before any backend call for the claim. From then on
+// nothing the controller reads is in a field a schema can prune.
 func (r *Reconciler) ensureRecord(ctx context.Context, s *scope) error {
 	if hasRecord(s.ob, s.claim) {
 		return nil
