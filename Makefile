@@ -19,6 +19,12 @@ build: ## Build bin/bucketbroker
 test: lint ## Lint, then run every test (race detector on) against real servers started by hack/with-test-servers.sh
 	hack/with-test-servers.sh $(GO) test -race -count=1 -timeout 30m ./...
 
+.PHONY: test-crds
+test-crds: ## Run the claim tests on the NooBaa- and Rook-shaped objectbucket.io CRDs too (BUCKETBROKER_TEST_CRDS; docs/kubernetes.md)
+	for crds in noobaa rook; do \
+	  BUCKETBROKER_TEST_CRDS=$$crds hack/with-test-servers.sh $(GO) test -race -count=1 -timeout 20m ./internal/objectbucket || exit 1; \
+	done
+
 .PHONY: test-quick
 test-quick: ## Run the tests without the race detector and without external servers (those tests skip)
 	$(GO) test -count=1 ./...
