@@ -35,7 +35,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (reconcile.R
 	switch {
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("get object bucket: %w", err)
-	case !found, ob.Spec.ClaimRef == nil || ob.Spec.ClaimRef.UID != c.UID:
+	case !found, boundUID(ob) != c.UID:
 		ob = nil // none, or not this claim's: never touched
 	}
 	if res, err := r.undo(ctx, s, ob); err != nil || !res.IsZero() || s.stopped {
@@ -62,14 +62,14 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (reconcile.R
 // their last writes trigger send nothing.
 func (r *Reconciler) reconcileOrphans(ctx context.Context, key types.NamespacedName) (reconcile.Result, error) {
 	var list obv1.ObjectBucketList
-	if err := r.client.List(ctx, &list, client.MatchingFields{indexClaimRef: key.String()}); err != nil {
+	if err := r.client.List(ctx, &list, client.MatchingFields{indexClaim: key.String()}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list object buckets of claim %s: %w", key, err)
 	}
 	var live *obv1.ObjectBucketClaim // the claim of that name, as the API server has it
 	for i := range list.Items {
 		ob := &list.Items[i]
-		ref := ob.Spec.ClaimRef
-		if ob.Labels[LabelProvisioner] != r.label || r.finalized.has(ref.UID) || ob.Name != ObjectBucketName(ref.UID) {
+		uid := boundUID(ob)
+		if ob.Labels[LabelProvisioner] != r.label || uid == "" || r.finalized.has(uid) || ob.Name != ObjectBucketName(uid) {
 			continue
 		}
 		if live == nil {
@@ -78,17 +78,17 @@ func (r *Reconciler) reconcileOrphans(ctx context.Context, key types.NamespacedN
 				return reconcile.Result{}, fmt.Errorf("get claim %s: %w", key, err)
 			}
 		}
-		if live.UID == ref.UID {
+		if live.UID == uid {
 			continue // the cache is behind: the claim lives
 		}
-		ghost := &obv1.ObjectBucketClaim{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, UID: ref.UID}}
+		ghost := &obv1.ObjectBucketClaim{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, UID: uid}}
 		s := &scope{claim: ghost, base: ghost.DeepCopy()}
-		log := logf.FromContext(ctx).WithValues("objectBucket", ob.Name, "claimUID", ref.UID)
+		log := logf.FromContext(ctx).WithValues("objectBucket", ob.Name, "claimUID", uid)
 		log.Info("Claim gone without its deletion: undoing what was made for it")
 		if res, err := r.undo(ctx, s, ob); err != nil || !res.IsZero() || s.stopped {
 			return res, err
 		}
-		r.finalized.done(ref.UID)
+		r.finalized.done(uid)
 		log.Info("Claim deleted")
 	}
 	return reconcile.Result{}, nil

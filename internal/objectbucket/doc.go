@@ -15,7 +15,16 @@
 //
 // Everything is named from the claim's UID: the ObjectBucket (obc-<uid>,
 // found again even when a CRD prunes spec.objectBucketName), the backend
-// user and the owner mark (pkg/driver). A generated bucket name is a
+// user and the owner mark (pkg/driver). The CRDs users already have differ
+// in what they prune (NooBaa's drops everything under spec.claimRef and
+// every status field but phase), so what the controller reads back lives
+// in the ObjectBucket's metadata: the claim's UID in a label, its
+// namespace/name and the record in annotations (record.go). The spec
+// fields say the same for tools, and are read only on ObjectBuckets
+// written before the annotations, which get them on the next pass. Writes
+// go with fieldValidation=Ignore and each answer is compared with what was
+// sent: a field the schema dropped is said once (log line and Event), and
+// pruned status fields are no longer written. A generated bucket name is a
 // function of the UID too, and is recorded on the claim before the bucket is
 // created. The Secret is the record of the access key: its
 // AWS_ACCESS_KEY_ID is the key EnsureCredential keeps, so a key whose Secret

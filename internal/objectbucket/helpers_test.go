@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -33,6 +35,7 @@ import (
 	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
 	"github.com/bucketbroker/bucketbroker/internal/s3gateway"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
+	"github.com/bucketbroker/bucketbroker/test/harness"
 )
 
 var (
@@ -203,6 +206,29 @@ type controllerRun struct {
 	cancel      context.CancelFunc
 	done        chan error
 	once        sync.Once
+	// warnings holds the API server's warnings to the manager's requests.
+	warnings warningLog
+}
+
+// warningLog is a rest.WarningHandlerWithContext that keeps the warnings.
+type warningLog struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warningLog) HandleWarningHeaderWithContext(_ context.Context, code int, _ string, msg string) {
+	if code != 299 || msg == "" {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, msg)
+}
+
+func (w *warningLog) all() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.msgs)
 }
 
 type runOptions struct {
@@ -228,8 +254,10 @@ func startController(t testing.TB, o runOptions) *controllerRun {
 	if o.drv == nil {
 		o.drv = backend.drv
 	}
+	run := &controllerRun{provisioner: o.provisioner, done: make(chan error, 1)}
 	cfg := rest.CopyConfig(restConfig)
 	cfg.QPS, cfg.Burst = 1000, 2000
+	cfg.WarningHandlerWithContext = &run.warnings
 	cfg.Impersonate.UserName = o.impersonate
 	if o.wrap != nil {
 		cfg.Wrap(o.wrap)
@@ -255,7 +283,7 @@ func startController(t testing.TB, o runOptions) *controllerRun {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	run := &controllerRun{provisioner: o.provisioner, cancel: cancel, done: make(chan error, 1)}
+	run.cancel = cancel
 	go func() { run.done <- mgr.Start(ctx) }()
 	t.Cleanup(run.stop)
 	return run
@@ -397,11 +425,37 @@ func objectBucketsOf(ctx context.Context, t *testing.T, obc *obv1.ObjectBucketCl
 	}
 	var names []string
 	for _, ob := range list.Items {
-		if ob.Spec.ClaimRef != nil && ob.Spec.ClaimRef.UID == obc.UID {
+		if ob.Labels[LabelClaimUID] == string(obc.UID) {
 			names = append(names, ob.Name)
 		}
 	}
 	return names
+}
+
+// keepsConditions reports whether the suite's claim CRD keeps
+// status.conditions and observedGeneration (NooBaa's keeps phase alone).
+func keepsConditions() bool { return !harness.PrunesStatus(crdVariant) }
+
+// wantProvisioned checks that the claim's Provisioned condition has reason
+// and a message that holds each of parts. On a CRD set that prunes
+// conditions it checks that the claim has none (the controller stopped
+// writing them); the tests that check reasons also wait for the Event.
+func wantProvisioned(t *testing.T, got *obv1.ObjectBucketClaim, reason string, parts ...string) {
+	t.Helper()
+	c := meta.FindStatusCondition(got.Status.Conditions, ConditionProvisioned)
+	if !keepsConditions() {
+		if len(got.Status.Conditions) != 0 || got.Status.ObservedGeneration != 0 {
+			t.Errorf("status = %+v under %s's CRDs, which prune conditions and observedGeneration", got.Status, crdVariant)
+		}
+		return
+	}
+	ok := c != nil && c.Reason == reason
+	for _, p := range parts {
+		ok = ok && strings.Contains(c.Message, p)
+	}
+	if !ok {
+		t.Errorf("Provisioned condition = %+v, want reason %s and a message naming %q", c, reason, parts)
+	}
 }
 
 func deleteObj(ctx context.Context, t *testing.T, obj client.Object) {

@@ -27,8 +27,21 @@ const (
 	// written before the bucket is created.
 	AnnotationBucketName = "bucketbroker.io/bucket-name"
 
-	// Keys of ObjectBucket.spec.additionalState: the record that lets
-	// deletion work without the StorageClass or the claim's spec.
+	// LabelClaimUID on an ObjectBucket is the UID of the claim it is bound
+	// to, and AnnotationClaim its "<namespace>/<name>": the binding as
+	// metadata, which no CRD schema prunes. spec.claimRef says the same for
+	// tools that read it, and is read only on ObjectBuckets written before
+	// these keys (boundUID): NooBaa's CRD prunes everything under it.
+	LabelClaimUID   = "bucketbroker.io/claim-uid"
+	AnnotationClaim = "bucketbroker.io/claim"
+	// annotationReclaimPolicy on an ObjectBucket records its reclaim
+	// policy; the bucket name is recorded under AnnotationBucketName.
+	annotationReclaimPolicy = "bucketbroker.io/reclaim-policy"
+
+	// Keys of the ObjectBucket's record: its annotations, and the same keys
+	// in spec.additionalState for tools that read it (and for ObjectBuckets
+	// written before the annotations). They let deletion work without the
+	// StorageClass or the claim's spec.
 	stateUser          = "bucketbroker.io/user"
 	stateOwner         = "bucketbroker.io/owner"
 	stateBucketOwned   = "bucketbroker.io/bucket-owned"

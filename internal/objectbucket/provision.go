@@ -48,8 +48,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (reconcile.R
 }
 
 // plan finds the claim's ObjectBucket (by its UID-derived name, so a pruned
-// spec.objectBucketName changes nothing) and takes the names from it, or
-// derives them for a claim not provisioned yet.
+// spec.objectBucketName changes nothing), checks that it is bound to the
+// claim (boundUID: by label, so a pruned spec.claimRef changes nothing
+// either) and takes the names from its record, or derives them for a claim
+// not provisioned yet.
 func (r *Reconciler) plan(ctx context.Context, s *scope) (reconcile.Result, error) {
 	ob := &obv1.ObjectBucket{}
 	err := r.client.Get(ctx, types.NamespacedName{Name: ObjectBucketName(s.claim.UID)}, ob)
@@ -60,7 +62,7 @@ func (r *Reconciler) plan(ctx context.Context, s *scope) (reconcile.Result, erro
 		return reconcile.Result{}, fmt.Errorf("get object bucket: %w", err)
 	}
 	if ob != nil {
-		if ob.Spec.ClaimRef == nil || ob.Spec.ClaimRef.UID != s.claim.UID {
+		if boundUID(ob) != s.claim.UID {
 			s.fail(ReasonObjectConflict, fmt.Sprintf("ObjectBucket %s exists and is bound to another claim", ob.Name))
 			return reconcile.Result{}, nil
 		}
@@ -116,20 +118,6 @@ func writtenByOldProvisioner(c *obv1.ObjectBucketClaim) bool {
 	return s.ObjectBucketName != "" || c.Status.Phase != "" || controllerutil.ContainsFinalizer(c, Finalizer)
 }
 
-func planOf(ob *obv1.ObjectBucket) plan {
-	p := plan{reclaim: ob.Spec.ReclaimPolicy}
-	if ob.Spec.Endpoint != nil {
-		p.bucket = ob.Spec.Endpoint.BucketName
-	}
-	st := ob.Spec.AdditionalState
-	p.user, p.owner = st[stateUser], st[stateOwner]
-	p.owned = st[stateBucketOwned] == "true"
-	p.adoptUnmarked = st[stateAdoptUnmarked] == "true"
-	p.bucketAttempted = st[stateBucketAttempted] == "true"
-	p.userAttempted = st[stateUserAttempted] == "true"
-	return p
-}
-
 // ensureClaimMeta puts the finalizer, the provisioner and the chosen bucket
 // name on the claim in one write, before anything exists elsewhere: the
 // bucket name is then fixed for every retry.
@@ -149,8 +137,12 @@ func (r *Reconciler) ensureClaimMeta(ctx context.Context, s *scope) (reconcile.R
 	c.Annotations[AnnotationBucketName] = s.plan.bucket
 	// A CRD that prunes this field drops it; nothing depends on it.
 	c.Spec.ObjectBucketName = ObjectBucketName(c.UID)
-	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), ignoreUnknown); err != nil {
 		return reconcile.Result{}, fmt.Errorf("patch claim: %w", err)
+	}
+	if c.Spec.ObjectBucketName == "" {
+		r.pruned(ctx, s, "PatchClaim", crdClaims, prunedField{"spec.objectBucketName",
+			"the ObjectBucket is found by its name, obc-<claim UID>; tools that read spec.objectBucketName do not see it"})
 	}
 	r.written.changed(c.UID, c, base.ResourceVersion)
 	s.base = c.DeepCopy()
@@ -163,6 +155,9 @@ func (r *Reconciler) ensureClaimMeta(ctx context.Context, s *scope) (reconcile.R
 // same Create.
 func (r *Reconciler) ensureObjectBucket(ctx context.Context, s *scope) (reconcile.Result, error) {
 	if s.ob != nil {
+		if err := r.ensureRecord(ctx, s); err != nil {
+			return reconcile.Result{}, err
+		}
 		return r.recordAttempts(ctx, s)
 	}
 	t, err := r.lookFirst(ctx, s)
@@ -172,9 +167,10 @@ func (r *Reconciler) ensureObjectBucket(ctx context.Context, s *scope) (reconcil
 	c, p := s.claim, s.plan
 	ob := &obv1.ObjectBucket{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:       ObjectBucketName(c.UID),
-			Labels:     map[string]string{LabelProvisioner: r.label},
-			Finalizers: []string{Finalizer},
+			Name:        ObjectBucketName(c.UID),
+			Labels:      map[string]string{LabelProvisioner: r.label, LabelClaimUID: string(c.UID)},
+			Annotations: recordAnnotations(c, p),
+			Finalizers:  []string{Finalizer},
 		},
 		Spec: obv1.ObjectBucketSpec{
 			StorageClassName: c.Spec.StorageClassName,
@@ -187,19 +183,17 @@ func (r *Reconciler) ensureObjectBucket(ctx context.Context, s *scope) (reconcil
 				BucketHost: r.opts.BucketHost, BucketPort: r.opts.BucketPort, BucketName: p.bucket,
 				Region: r.opts.Region, SubRegion: r.opts.SubRegion, AdditionalConfig: c.Spec.AdditionalConfig,
 			},
-			AdditionalState: map[string]string{
-				stateUser: p.user, stateOwner: p.owner,
-				stateBucketOwned: strconv.FormatBool(p.owned), stateAdoptUnmarked: strconv.FormatBool(p.adoptUnmarked),
-				stateBucketAttempted: strconv.FormatBool(p.bucketAttempted), stateUserAttempted: strconv.FormatBool(p.userAttempted),
-			},
+			AdditionalState: recordOf(p),
 		},
 	}
+	sent := ob.DeepCopy()
 	// A Create that finds the ObjectBucket there already (a cache behind)
 	// fails, so a look made without knowing the record is never acted on.
-	if err := r.client.Create(ctx, ob); err != nil {
+	if err := r.client.Create(ctx, ob, ignoreUnknown); err != nil {
 		return reconcile.Result{}, fmt.Errorf("create object bucket: %w", err)
 	}
 	r.written.created(c.UID, ob)
+	r.checkObjectBucket(ctx, s, sent, ob)
 	s.ob = ob
 	if err := r.hit(s, "objectbucket-created"); err != nil {
 		return reconcile.Result{}, err
@@ -208,6 +202,35 @@ func (r *Reconciler) ensureObjectBucket(ctx context.Context, s *scope) (reconcil
 		return r.refuse(s, t)
 	}
 	return reconcile.Result{}, nil
+}
+
+// ensureRecord copies the binding and the record of an ObjectBucket
+// written before they lived in metadata (plan read them from its spec, or
+// found it by name and owner mark where claimRef was pruned) into its
+// label and annotations, with a patch preconditioned on its
+// resourceVersion, before any backend call for the claim. From then on
+// nothing the controller reads is in a field a schema can prune.
+func (r *Reconciler) ensureRecord(ctx context.Context, s *scope) error {
+	if hasRecord(s.ob, s.claim) {
+		return nil
+	}
+	base := s.ob.DeepCopy()
+	labels := maps.Clone(s.ob.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[LabelClaimUID] = string(s.claim.UID)
+	a := maps.Clone(s.ob.Annotations)
+	if a == nil {
+		a = map[string]string{}
+	}
+	maps.Copy(a, recordAnnotations(s.claim, s.plan))
+	s.ob.Labels, s.ob.Annotations = labels, a
+	if err := r.client.Patch(ctx, s.ob, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), ignoreUnknown); err != nil {
+		return fmt.Errorf("record the binding on object bucket: %w", err)
+	}
+	r.written.changed(s.claim.UID, s.ob, base.ResourceVersion)
+	return nil
 }
 
 // recordAttempts gives an ObjectBucket that does not hold both attempt
@@ -227,12 +250,22 @@ func (r *Reconciler) recordAttempts(ctx context.Context, s *scope) (reconcile.Re
 	}
 	if s.plan.bucketAttempted != before.bucketAttempted || s.plan.userAttempted != before.userAttempted {
 		base := s.ob.DeepCopy()
-		st := make(map[string]string, len(s.ob.Spec.AdditionalState)+2)
-		maps.Copy(st, s.ob.Spec.AdditionalState)
-		st[stateBucketAttempted] = strconv.FormatBool(s.plan.bucketAttempted)
-		st[stateUserAttempted] = strconv.FormatBool(s.plan.userAttempted)
-		s.ob.Spec.AdditionalState = st
-		if err := r.client.Patch(ctx, s.ob, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		flags := map[string]string{
+			stateBucketAttempted: strconv.FormatBool(s.plan.bucketAttempted),
+			stateUserAttempted:   strconv.FormatBool(s.plan.userAttempted),
+		}
+		st := maps.Clone(s.ob.Spec.AdditionalState)
+		if st == nil {
+			st = map[string]string{}
+		}
+		a := maps.Clone(s.ob.Annotations)
+		if a == nil {
+			a = map[string]string{}
+		}
+		maps.Copy(st, flags)
+		maps.Copy(a, flags)
+		s.ob.Spec.AdditionalState, s.ob.Annotations = st, a
+		if err := r.client.Patch(ctx, s.ob, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), ignoreUnknown); err != nil {
 			return reconcile.Result{}, fmt.Errorf("record attempts on object bucket: %w", err)
 		}
 		r.written.changed(s.claim.UID, s.ob, base.ResourceVersion)
@@ -682,9 +715,15 @@ func (r *Reconciler) findSecret(ctx context.Context, s *scope, sec *corev1.Secre
 	return r.lookupCached(ctx, s, sec)
 }
 
+// blockedBySecret reports a claim a user's Secret may have blocked: its
+// condition says so, or, on a schema that prunes conditions (NooBaa's), it
+// is Failed for a reason the phase does not tell.
 func blockedBySecret(c *obv1.ObjectBucketClaim) bool {
 	cond := meta.FindStatusCondition(c.Status.Conditions, ConditionProvisioned)
-	return cond != nil && cond.Reason == ReasonSecretConflict
+	if cond == nil {
+		return c.Status.Phase == obv1.PhaseFailed
+	}
+	return cond.Reason == ReasonSecretConflict
 }
 
 // secretNameTaken handles a Create that found the Secret's name taken by
@@ -810,12 +849,20 @@ func mapsEqual(a, b map[string]string) bool {
 func (r *Reconciler) bind(ctx context.Context, s *scope) (reconcile.Result, error) {
 	if !bound(s.ob) {
 		base := s.ob.DeepCopy()
+		// Bound is in the phase enum of every CRD variant (NooBaa's has no
+		// Pending for ObjectBuckets, which are never written unbound).
 		s.ob.Status.Phase = obv1.PhaseBound
-		s.ob.Status.ObservedGeneration = s.ob.Generation
-		if err := r.client.Status().Patch(ctx, s.ob, client.MergeFrom(base)); err != nil {
+		keepGen := r.schema.keeps(crdBuckets, "status.observedGeneration")
+		if keepGen {
+			s.ob.Status.ObservedGeneration = s.ob.Generation
+		}
+		if err := r.client.Status().Patch(ctx, s.ob, client.MergeFrom(base), ignoreUnknown); err != nil {
 			return reconcile.Result{}, fmt.Errorf("patch object bucket status: %w", err)
 		}
 		r.written.changed(s.claim.UID, s.ob, base.ResourceVersion)
+		if keepGen && s.ob.Generation != 0 && s.ob.Status.ObservedGeneration == 0 {
+			r.pruned(ctx, s, "PatchObjectBucketStatus", crdBuckets, prunedField{"status.observedGeneration", "it is no longer written"})
+		}
 		if err := r.hit(s, "objectbucket-bound"); err != nil {
 			return reconcile.Result{}, err
 		}

@@ -69,9 +69,10 @@ const (
 	backendTimeout = 2 * time.Minute
 	// indexStorageClass indexes claims by spec.storageClassName.
 	indexStorageClass = "spec.storageClassName"
-	// indexClaimRef indexes ObjectBuckets by the namespace/name of their
-	// claim.
-	indexClaimRef = "spec.claimRef"
+	// indexClaim indexes ObjectBuckets by the namespace/name of their
+	// claim (claimKeyOf: the annotation, not spec.claimRef, which a schema
+	// may prune).
+	indexClaim = AnnotationClaim
 )
 
 // Throughput defaults, measured by BenchmarkClaimLifecycle
@@ -142,6 +143,8 @@ type Reconciler struct {
 	// written holds what this process wrote while provisioning each claim,
 	// so that a pass on a cache behind it waits for the cache instead.
 	written writeSet
+	// schema holds the fields the installed CRDs were found to prune.
+	schema schemaFacts
 
 	// afterWrite, when set (tests only), is called after each named write;
 	// an error stops the pass at once, as a crash there would.
@@ -195,10 +198,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil {
 		return fmt.Errorf("index claims by storage class: %w", err)
 	}
-	err = mgr.GetFieldIndexer().IndexField(context.Background(), &obv1.ObjectBucket{}, indexClaimRef,
+	err = mgr.GetFieldIndexer().IndexField(context.Background(), &obv1.ObjectBucket{}, indexClaim,
 		func(o client.Object) []string {
-			if ref := o.(*obv1.ObjectBucket).Spec.ClaimRef; ref != nil {
-				return []string{ref.Namespace + "/" + ref.Name}
+			if k := claimKeyOf(o.(*obv1.ObjectBucket)); k != "" {
+				return []string{k}
 			}
 			return nil
 		})
@@ -221,11 +224,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 func claimOfBucket(_ context.Context, o client.Object) []reconcile.Request {
-	ref := o.(*obv1.ObjectBucket).Spec.ClaimRef
-	if ref == nil || ref.Name == "" || ref.Namespace == "" {
+	key, ok := claimNameOf(o.(*obv1.ObjectBucket))
+	if !ok {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}}}
+	return []reconcile.Request{{NamespacedName: key}}
 }
 
 func (r *Reconciler) claimsOfClass(ctx context.Context, o client.Object) []reconcile.Request {
@@ -358,7 +361,9 @@ func (r *Reconciler) hit(s *scope, point string) error {
 }
 
 // patchStatus writes phase and conditions once per pass, only if they
-// changed.
+// changed. Conditions and observedGeneration are left out once the
+// installed schema was found to prune them (NooBaa's keeps phase alone):
+// writing them again would change nothing and cost a request each pass.
 func (r *Reconciler) patchStatus(ctx context.Context, s *scope, passErr error) error {
 	c := s.claim
 	gen := c.Generation
@@ -375,22 +380,28 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope, passErr error) e
 		}
 	}
 	c.Status.Phase = s.phase
-	c.Status.ObservedGeneration = gen
-	provisioned, ready := metav1.ConditionFalse, metav1.ConditionFalse
-	if s.phase == obv1.PhaseBound {
-		provisioned, ready = metav1.ConditionTrue, metav1.ConditionTrue
+	keepGen := r.schema.keeps(crdClaims, "status.observedGeneration")
+	keepConds := r.schema.keeps(crdClaims, "status.conditions")
+	if keepGen {
+		c.Status.ObservedGeneration = gen
 	}
-	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
-		Type: ConditionProvisioned, Status: provisioned, Reason: s.reason, Message: s.message, ObservedGeneration: gen,
-	})
-	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
-		Type: obv1.ConditionReady, Status: ready, Reason: s.reason, Message: s.message, ObservedGeneration: gen,
-	})
+	if keepConds {
+		provisioned, ready := metav1.ConditionFalse, metav1.ConditionFalse
+		if s.phase == obv1.PhaseBound {
+			provisioned, ready = metav1.ConditionTrue, metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
+			Type: ConditionProvisioned, Status: provisioned, Reason: s.reason, Message: s.message, ObservedGeneration: gen,
+		})
+		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
+			Type: obv1.ConditionReady, Status: ready, Reason: s.reason, Message: s.message, ObservedGeneration: gen,
+		})
+	}
 	if equality.Semantic.DeepEqual(s.base.Status, c.Status) {
 		return nil
 	}
 	before := c.ResourceVersion
-	if err := r.client.Status().Patch(ctx, c, client.MergeFrom(s.base)); err != nil {
+	if err := r.client.Status().Patch(ctx, c, client.MergeFrom(s.base), ignoreUnknown); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -399,6 +410,16 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope, passErr error) e
 	if c.DeletionTimestamp.IsZero() {
 		r.written.changed(c.UID, c, before)
 	}
+	// c holds the API server's answer: what the schema kept.
+	var found []prunedField
+	if keepConds && len(c.Status.Conditions) == 0 {
+		found = append(found, prunedField{"status.conditions",
+			"they are no longer written; status.phase and the claim's Events say what happened"})
+	}
+	if keepGen && gen != 0 && c.Status.ObservedGeneration == 0 {
+		found = append(found, prunedField{"status.observedGeneration", "it is no longer written"})
+	}
+	r.pruned(ctx, s, "PatchClaimStatus", crdClaims, found...)
 	return nil
 }
 

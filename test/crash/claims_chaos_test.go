@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -633,7 +632,7 @@ func (x *claimsChaos) checkLiveClaim(c *chaosClaim) {
 	if obc.Status.Phase != obv1.PhaseBound {
 		x.v.mark(stuck, "live claim %s: phase %q, %s", c.name, obc.Status.Phase, conditions(obc))
 	}
-	if rd := meta.FindStatusCondition(obc.Status.Conditions, obv1.ConditionReady); rd == nil || rd.Status != metav1.ConditionTrue {
+	if !ready(obc) {
 		x.v.mark(lost, "live claim %s is not Ready: %s", c.name, conditions(obc))
 	}
 	if want := objectbucket.ObjectBucketName(c.uid); obc.Spec.ObjectBucketName != want {
@@ -680,20 +679,21 @@ func (x *claimsChaos) checkObjects(live map[types.UID]*chaosClaim) {
 	}
 	seen := map[types.UID]int{}
 	for _, ob := range obs.Items {
-		ref := ob.Spec.ClaimRef
-		if ref == nil || ref.Namespace != x.ns {
+		uid := boundTo(&ob)
+		ns, name, _ := strings.Cut(ob.Annotations[objectbucket.AnnotationClaim], "/")
+		if uid == "" || ns != x.ns {
 			continue
 		}
-		c, ok := live[ref.UID]
+		c, ok := live[uid]
 		if !ok {
 			story := "not the test's"
-			if i := slices.IndexFunc(x.claims, func(c *chaosClaim) bool { return c.uid == ref.UID }); i >= 0 {
+			if i := slices.IndexFunc(x.claims, func(c *chaosClaim) bool { return c.uid == uid }); i >= 0 {
 				story = x.story(x.claims[i])
 			}
-			x.v.mark(leaked, "ObjectBucket %s (phase %q, finalizers %v) of claim %s, which is gone (%s)", ob.Name, ob.Status.Phase, ob.Finalizers, ref.Name, story)
+			x.v.mark(leaked, "ObjectBucket %s (phase %q, finalizers %v) of claim %s, which is gone (%s)", ob.Name, ob.Status.Phase, ob.Finalizers, name, story)
 			continue
 		}
-		seen[ref.UID]++
+		seen[uid]++
 		if ob.Name != objectbucket.ObjectBucketName(c.uid) || ob.Status.Phase != obv1.PhaseBound ||
 			ob.Spec.Endpoint == nil || ob.Spec.Endpoint.BucketName != c.bucket {
 			x.v.mark(lost, "ObjectBucket %s of claim %s: phase %q, endpoint %+v; want Bound, bucket %s", ob.Name, c.name, ob.Status.Phase, ob.Spec.Endpoint, c.bucket)

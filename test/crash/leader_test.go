@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -428,8 +427,8 @@ func (l *leaderRun) objectBuckets() map[types.UID][]obv1.ObjectBucket {
 	}
 	m := map[types.UID][]obv1.ObjectBucket{}
 	for _, ob := range list.Items {
-		if ob.Spec.ClaimRef != nil {
-			m[ob.Spec.ClaimRef.UID] = append(m[ob.Spec.ClaimRef.UID], ob)
+		if uid := boundTo(&ob); uid != "" {
+			m[uid] = append(m[uid], ob)
 		}
 	}
 	return m
@@ -449,7 +448,7 @@ func (l *leaderRun) checkBound(names []string, c *harness.Controller) {
 	for _, n := range names {
 		claim := cs[n]
 		bucket := claim.Annotations[objectbucket.AnnotationBucketName]
-		if rd := meta.FindStatusCondition(claim.Status.Conditions, obv1.ConditionReady); bucket == "" || rd == nil || rd.Status != metav1.ConditionTrue {
+		if bucket == "" || !ready(&claim) {
 			l.t.Errorf("claim %s: bucket %q, %s; want a bucket and Ready", n, bucket, conditions(&claim))
 		}
 		if want := objectbucket.ObjectBucketName(claim.UID); claim.Spec.ObjectBucketName != want {

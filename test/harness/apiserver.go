@@ -32,9 +32,13 @@ type APIServer struct {
 }
 
 // StartAPIServer starts envtest from the binaries in assets (the directory
-// hack/envtest-assets.sh prints) and installs the CRDs of the repository at
-// root.
+// hack/envtest-assets.sh prints) and installs the objectbucket.io CRDs of
+// the repository at root that BUCKETBROKER_TEST_CRDS selects (CRDVariant).
 func StartAPIServer(assets, root string) (*APIServer, error) {
+	_, crds, err := CRDVariant(root)
+	if err != nil {
+		return nil, err
+	}
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, obv1.AddToScheme} {
 		if err := add(scheme); err != nil {
@@ -45,7 +49,7 @@ func StartAPIServer(assets, root string) (*APIServer, error) {
 	env := &envtest.Environment{
 		Scheme:                scheme,
 		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
+		CRDDirectoryPaths:     []string{crds},
 		ErrorIfCRDPathMissing: true,
 		// Never a developer's cluster: tests create cluster-wide objects.
 		UseExistingCluster: &useExisting,

@@ -1,0 +1,230 @@
+package objectbucket
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+// The ObjectBucket is the claim's durable record, and the CRDs users
+// already have disagree on what of it they keep: NooBaa's prunes everything
+// under spec.claimRef and every status field but phase, Rook's keeps
+// everything (docs/kubernetes.md). What the controller reads back to stay
+// exactly-once therefore lives in metadata, which no schema prunes: the
+// claim's UID in a label, its namespace/name and the record (names, owner
+// mark, reclaim policy, attempt flags) in annotations. The spec fields carry
+// the same values for tools that read them, and are read only on
+// ObjectBuckets written before the annotations.
+
+// CRD names, as the read-back reports them.
+const (
+	crdClaims  = "objectbucketclaims.objectbucket.io"
+	crdBuckets = "objectbuckets.objectbucket.io"
+)
+
+// ignoreUnknown writes without the API server's warning for each field the
+// installed schema prunes: the controller compares what it wrote with what
+// came back, and says so once (schemaFacts) instead of once per write.
+var ignoreUnknown = client.FieldValidation(metav1.FieldValidationIgnore)
+
+// recordOf is the record of plan p, as annotations and additionalState.
+func recordOf(p plan) map[string]string {
+	return map[string]string{
+		stateUser: p.user, stateOwner: p.owner,
+		stateBucketOwned: strconv.FormatBool(p.owned), stateAdoptUnmarked: strconv.FormatBool(p.adoptUnmarked),
+		stateBucketAttempted: strconv.FormatBool(p.bucketAttempted), stateUserAttempted: strconv.FormatBool(p.userAttempted),
+	}
+}
+
+// recordAnnotations is what the ObjectBucket of claim c with plan p carries
+// in its annotations.
+func recordAnnotations(c *obv1.ObjectBucketClaim, p plan) map[string]string {
+	a := recordOf(p)
+	a[AnnotationClaim] = c.Namespace + "/" + c.Name
+	a[AnnotationBucketName] = p.bucket
+	a[annotationReclaimPolicy] = string(p.reclaim)
+	return a
+}
+
+// hasRecord reports whether ob carries the binding to claim c and its
+// record in metadata.
+func hasRecord(ob *obv1.ObjectBucket, c *obv1.ObjectBucketClaim) bool {
+	a := ob.Annotations
+	return ob.Labels[LabelClaimUID] == string(c.UID) && a[AnnotationClaim] == c.Namespace+"/"+c.Name &&
+		a[stateOwner] != "" && a[AnnotationBucketName] != "" && a[annotationReclaimPolicy] != ""
+}
+
+// planOf reads the record of ob: each key from its annotations, else (an
+// ObjectBucket written before them) from its spec.
+func planOf(ob *obv1.ObjectBucket) plan {
+	a, st := ob.Annotations, ob.Spec.AdditionalState
+	get := func(k string) string {
+		if v, ok := a[k]; ok {
+			return v
+		}
+		return st[k]
+	}
+	p := plan{reclaim: ob.Spec.ReclaimPolicy}
+	if v := a[annotationReclaimPolicy]; v != "" {
+		p.reclaim = obv1.ReclaimPolicy(v)
+	}
+	if ob.Spec.Endpoint != nil {
+		p.bucket = ob.Spec.Endpoint.BucketName
+	}
+	if v := a[AnnotationBucketName]; v != "" {
+		p.bucket = v
+	}
+	p.user, p.owner = get(stateUser), get(stateOwner)
+	p.owned = get(stateBucketOwned) == "true"
+	p.adoptUnmarked = get(stateAdoptUnmarked) == "true"
+	p.bucketAttempted = get(stateBucketAttempted) == "true"
+	p.userAttempted = get(stateUserAttempted) == "true"
+	return p
+}
+
+// boundUID returns the UID of the claim ob is bound to, or "" when it is
+// bound to none that can be trusted.
+//
+// The label decides; a claimRef that names another UID contradicts it and
+// binds ob to nothing. An ObjectBucket written before the label is bound
+// by its claimRef, or, where the schema pruned that (NooBaa's), by its
+// name and owner mark, which are both derived from the claim's UID.
+func boundUID(ob *obv1.ObjectBucket) types.UID {
+	var ref types.UID
+	if ob.Spec.ClaimRef != nil {
+		ref = ob.Spec.ClaimRef.UID
+	}
+	if uid := types.UID(ob.Labels[LabelClaimUID]); uid != "" {
+		if ref != "" && ref != uid {
+			return ""
+		}
+		return uid
+	}
+	if ref != "" {
+		return ref
+	}
+	uid, ok := strings.CutPrefix(ob.Name, ObjectBucketName(""))
+	if ok && uid != "" && planOf(ob).owner == driver.OwnerMark(claimKind, uid) {
+		return types.UID(uid)
+	}
+	return ""
+}
+
+// claimKeyOf returns the "<namespace>/<name>" of the claim ob is bound to,
+// or "".
+func claimKeyOf(ob *obv1.ObjectBucket) string {
+	if k := ob.Annotations[AnnotationClaim]; k != "" {
+		return k
+	}
+	if ref := ob.Spec.ClaimRef; ref != nil && ref.Namespace != "" && ref.Name != "" {
+		return ref.Namespace + "/" + ref.Name
+	}
+	return ""
+}
+
+// claimNameOf splits claimKeyOf(ob).
+func claimNameOf(ob *obv1.ObjectBucket) (types.NamespacedName, bool) {
+	ns, name, ok := strings.Cut(claimKeyOf(ob), "/")
+	if !ok || ns == "" || name == "" {
+		return types.NamespacedName{}, false
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, true
+}
+
+// schemaFacts holds the fields this process found pruned by the installed
+// CRDs, each said once (an Event and a log line). A field found pruned is
+// no longer written: status conditions and observedGeneration are skipped
+// on a schema that has only phase. A CRD changed to keep them is seen on
+// the controller's next start.
+type schemaFacts struct {
+	mu      sync.Mutex
+	dropped map[string]bool
+}
+
+func (f *schemaFacts) keeps(crd, field string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.dropped[crd+" "+field]
+}
+
+// drop records that crd prunes field, and reports whether this is news.
+func (f *schemaFacts) drop(crd, field string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := crd + " " + field
+	if f.dropped[k] {
+		return false
+	}
+	if f.dropped == nil {
+		f.dropped = map[string]bool{}
+	}
+	f.dropped[k] = true
+	return true
+}
+
+// prunedField is a field a write found dropped, and what that means.
+type prunedField struct {
+	field, consequence string
+}
+
+// pruned says, once per process and field, which fields the installed CRD
+// crd dropped from a write (action: the write, as an Event's action): a log
+// line per field and one Event for the write. The Event's action tells the
+// writes apart (Events of one claim with the same reason and action are
+// merged into one series, whose note is the first's).
+func (r *Reconciler) pruned(ctx context.Context, s *scope, action, crd string, found ...prunedField) {
+	var fields, consequences []string
+	for _, f := range found {
+		if !r.schema.drop(crd, f.field) {
+			continue
+		}
+		logf.FromContext(ctx).Info("Installed CRD prunes a field this controller writes", "crd", crd, "field", f.field, "consequence", f.consequence)
+		fields = append(fields, f.field)
+		consequences = append(consequences, f.consequence)
+	}
+	if len(fields) == 0 {
+		return
+	}
+	r.event(s, nil, corev1.EventTypeWarning, "SchemaPrunesField", action,
+		"CRD %s prunes %s: %s", crd, strings.Join(fields, " and "), strings.Join(consequences, "; "))
+}
+
+// checkObjectBucket compares the ObjectBucket as created (got, the API
+// server's answer) with what was sent, and says which fields the schema
+// dropped. Nothing the controller reads depends on them (the record is in
+// metadata); tools that read them see less.
+func (r *Reconciler) checkObjectBucket(ctx context.Context, s *scope, sent, got *obv1.ObjectBucket) {
+	var found []prunedField
+	ref, want := got.Spec.ClaimRef, sent.Spec.ClaimRef
+	if ref == nil || ref.UID != want.UID || ref.Name != want.Name || ref.Namespace != want.Namespace {
+		found = append(found, prunedField{"spec.claimRef",
+			"the claim is tied to its ObjectBucket by the label " + LabelClaimUID + " and the annotation " + AnnotationClaim +
+				" instead; tools that read spec.claimRef do not see the claim"})
+	}
+	for k, v := range sent.Spec.AdditionalState {
+		if got.Spec.AdditionalState[k] != v {
+			found = append(found, prunedField{"spec.additionalState",
+				"the record is read from the ObjectBucket's annotations; tools that read spec.additionalState do not see it"})
+			break
+		}
+	}
+	if got.Spec.Endpoint == nil || got.Spec.Endpoint.BucketName != sent.Spec.Endpoint.BucketName {
+		found = append(found, prunedField{"spec.endpoint.bucketName",
+			"the bucket name is read from the annotation " + AnnotationBucketName + "; tools that read spec.endpoint do not see it"})
+	}
+	if got.Spec.ReclaimPolicy != sent.Spec.ReclaimPolicy {
+		found = append(found, prunedField{"spec.reclaimPolicy",
+			"the reclaim policy is read from the annotation " + annotationReclaimPolicy})
+	}
+	r.pruned(ctx, s, "CreateObjectBucket", crdBuckets, found...)
+}
