@@ -256,13 +256,18 @@ func (be Backend) ReadWrite(ak, sk, bucket string) error {
 	return nil
 }
 
+// IntrusionKey is the object Denied writes when the keys are not refused:
+// a check of a bucket's contents that runs beside Denied leaves it out
+// (Denied's caller reports the leak).
+const IntrusionKey = "intrusion"
+
 // Denied reports whether the keys are refused (403: access denied, or
 // keys the backend does not know) when they write into bucket; err is set
 // when the answer was neither that nor a success.
 func (be Backend) Denied(ak, sk, bucket string) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := be.s3(ak, sk).PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("intrusion"),
+	_, err := be.s3(ak, sk).PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(IntrusionKey),
 		Body: strings.NewReader("x")})
 	var re interface{ HTTPStatusCode() int }
 	switch {
