@@ -36,4 +36,6 @@ if ! command -v podman >/dev/null || ! command -v runc >/dev/null; then
   ) 9>/tmp/bucketbroker-podman-install.lock >&2
   log "installed in $(( $(date +%s) - start ))s"
 fi
-echo "podman --runtime runc --cgroup-manager cgroupfs"
+podman=(podman --runtime runc --cgroup-manager cgroupfs)
+"${podman[@]}" info >/dev/null 2>&1 || { log "podman is installed but does not work here: $("${podman[@]}" info 2>&1 | tail -n 1)"; exit 1; }
+echo "${podman[*]}"
