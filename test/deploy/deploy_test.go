@@ -156,15 +156,6 @@ func render(t *testing.T, release, namespace string, set ...string) []*unstructu
 // the rest. Any rejection fails the test.
 func apply(t *testing.T, ctx context.Context, objs []*unstructured.Unstructured) {
 	t.Helper()
-	rank := func(o *unstructured.Unstructured) int {
-		switch o.GetKind() {
-		case "CustomResourceDefinition":
-			return 0
-		case "Namespace":
-			return 1
-		}
-		return 2
-	}
 	for pass := 0; pass <= 2; pass++ {
 		for _, o := range objs {
 			if rank(o) != pass {
@@ -179,6 +170,18 @@ func apply(t *testing.T, ctx context.Context, objs []*unstructured.Unstructured)
 			}
 		}
 	}
+}
+
+// rank orders objects as helm and kubectl send them: CRDs, namespaces, the
+// rest.
+func rank(o *unstructured.Unstructured) int {
+	switch o.GetKind() {
+	case "CustomResourceDefinition":
+		return 0
+	case "Namespace":
+		return 1
+	}
+	return 2
 }
 
 func waitEstablished(t *testing.T, ctx context.Context, name string) {
