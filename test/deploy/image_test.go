@@ -3,6 +3,7 @@ package deploy
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"net"
 	"net/http"
@@ -26,17 +27,31 @@ import (
 	"github.com/bucketbroker/bucketbroker/test/harness"
 )
 
-// testImage is the tag the image tests build (hack/image.sh) and run.
-const testImage = "localhost/bucketbroker:deploy-test"
+// testImage is the tag the image tests build (hack/image.sh) and run, and
+// runID names their containers: both are this run's own, so that test runs
+// of several worktrees at once neither run each other's image nor remove
+// each other's containers.
+var (
+	runID     = strings.ToLower(rand.Text()[:10])
+	testImage = "localhost/bucketbroker:test-" + runID
+)
 
 // containerUser is the image's user; the data volume is made its own, as a
 // pod's fsGroup makes it.
 const containerUser = 65532
 
 var (
-	imageOnce sync.Once
-	imageErr  error
+	imageOnce  sync.Once
+	imageErr   error
+	imageBuilt []string // the podman command that built testImage, to remove it
 )
+
+// removeImage removes the image the tests built, if any (TestMain).
+func removeImage() {
+	if imageBuilt != nil {
+		_ = exec.Command(imageBuilt[0], append(append([]string{}, imageBuilt[1:]...), "rmi", "-f", testImage)...).Run()
+	}
+}
 
 // podman returns the podman command line (hack/podman.sh) after building
 // the image once, or skips the test with the reason podman cannot run here.
@@ -57,7 +72,9 @@ func podman(t *testing.T) []string {
 		out, err := exec.Command(filepath.Join(root, "hack", "image.sh"), testImage).CombinedOutput()
 		if err != nil {
 			imageErr = fmt.Errorf("hack/image.sh: %w\n%s", err, out)
+			return
 		}
+		imageBuilt = strings.Fields(cmdline)
 	})
 	if imageErr != nil {
 		t.Fatal(imageErr)
@@ -79,6 +96,7 @@ type container struct {
 // and the given read-only mounts are there. args are the Deployment's.
 func runContainer(t *testing.T, pm []string, name, dataDir string, env map[string]string, ro map[string]string, args []string) *container {
 	t.Helper()
+	name += "-" + runID
 	if err := os.Chown(dataDir, containerUser, containerUser); err != nil {
 		t.Fatalf("give the data volume to the container's user: %v", err)
 	}
