@@ -2,6 +2,7 @@
 SHELL := /usr/bin/env bash
 GO ?= go
 BIN := bin/bucketbroker
+IMAGE ?= bucketbroker:latest
 
 .PHONY: help
 help: ## List the documented targets
@@ -52,13 +53,15 @@ generate: ## Regenerate deepcopy code and CRD YAML from api/ (controller-gen, ca
 	hack/generate.sh
 
 .PHONY: lint
-lint: ## gofmt and go vet clean, a doc.go in every package, generated files up to date
+lint: ## gofmt and go vet clean, a doc.go in every package, generated files up to date, config/ rendered from the chart, helm lint
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	@missing=$$(for d in $$($(GO) list -f '{{.Dir}}' ./...); do [ -f "$$d/doc.go" ] || echo "$$d"; done); \
 	  if [ -n "$$missing" ]; then echo "packages without doc.go:"; echo "$$missing"; exit 1; fi
 	hack/generate.sh --check
+	hack/chart-config.sh --check
+	$$(hack/helm.sh | tail -n 1) lint --strict charts/bucketbroker
 
 .PHONY: fuzz
 fuzz: ## Fuzz the OSB request decoding, then a request's way into the store and back after a restart, each for FUZZTIME (default 30s)
@@ -68,6 +71,18 @@ fuzz: ## Fuzz the OSB request decoding, then a request's way into the store and 
 .PHONY: bench
 bench: ## Run the benchmarks (each beside its baseline); feed the output to benchstat
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count $${COUNT:-5} ./internal/engine ./internal/store/sqlite
+
+.PHONY: image
+image: ## Build the container image $(IMAGE) with podman: FROM scratch, static binary, CA certificates, user 65532 (hack/image.sh)
+	hack/image.sh $(IMAGE)
+
+.PHONY: test-deploy
+test-deploy: ## Run only the chart and image tests (test/deploy): the chart applied to a real API server, the image run read-only as the chart runs it
+	hack/with-test-servers.sh $(GO) test -count=1 -v -timeout 20m ./test/deploy
+
+.PHONY: chart-config
+chart-config: ## Rewrite config/ (and the chart's CRD copies) from charts/bucketbroker (hack/chart-config.sh)
+	hack/chart-config.sh
 
 .PHONY: clean
 clean: ## Remove build output

@@ -7,6 +7,9 @@
 #     cluster for the PostgreSQL store's tests;
 #   - kube-apiserver and etcd binaries for envtest (built from the Go module
 #     proxy once: about 15 minutes cold; envtest starts them per test run);
+#   - helm (built from the module proxy once, hack/helm.sh) and podman
+#     (Debian packages, hack/podman.sh) for the chart and image tests of
+#     test/deploy; without podman the image tests skip with the reason;
 #   - SeaweedFS (`weed mini`), for the s3iam driver's conformance suite
 #     against a second S3 + IAM implementation. Optional: it starts only when
 #     its build is already cached (hack/seaweedfs.sh build, about 8 minutes
@@ -58,6 +61,20 @@ else
 fi
 KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh | tail -n 1)
 export KUBEBUILDER_ASSETS
+# helm, for the chart tests (test/deploy): built from the module proxy once
+# and cached (hack/helm.sh, about 2 minutes cold).
+BUCKETBROKER_TEST_HELM=$(hack/helm.sh | tail -n 1)
+export BUCKETBROKER_TEST_HELM
+# podman, for the image tests (test/deploy): installed from Debian packages
+# when missing (hack/podman.sh). Where it cannot be installed or cannot run
+# a container, the image tests skip with the reason.
+if podman_out=$(hack/podman.sh ensure 2>&1); then
+  BUCKETBROKER_TEST_PODMAN=$(tail -n 1 <<<"$podman_out")
+  export BUCKETBROKER_TEST_PODMAN
+else
+  export BUCKETBROKER_TEST_PODMAN_SKIP="podman unavailable: $(tail -n 1 <<<"$podman_out")"
+  echo "image tests left out: $BUCKETBROKER_TEST_PODMAN_SKIP" >&2
+fi
 echo "test servers ready in $(( $(date +%s) - t0 ))s" >&2
 
 # With the servers up, a test that finds one missing is a failure, not a skip

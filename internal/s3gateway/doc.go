@@ -19,9 +19,11 @@
 // private unix socket, to verify each SigV4 signature and to evaluate the
 // caller's inline policies. A key deleted through the IAM API is therefore
 // rejected by the very next S3 request, and a user's policy is enforced as
-// written. The socket lives in a fresh 0700 temporary directory (unix socket
-// paths are limited to about 107 bytes, data directories need not be), which
-// Stop removes.
+// written. The socket is DataDir/run/iam.sock, in a 0700 directory, so
+// everything the server writes is under DataDir and it runs on a read-only
+// root filesystem (a container's). Unix socket paths are limited to 107
+// bytes and data directories need not be: a longer one is reached through
+// /proc/self/fd/N/iam.sock, N an open descriptor of DataDir/run.
 //
 // To a client the two listeners look like any S3 + IAM deployment: the S3
 // endpoint checks SigV4 for the configured region, the IAM endpoint for

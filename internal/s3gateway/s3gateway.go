@@ -46,6 +46,7 @@ const (
 	// maxSocketPath keeps the private socket path below the kernel limit
 	// for sockaddr_un (108 bytes with the terminating NUL).
 	maxSocketPath = 100
+	socketName    = "iam.sock"
 )
 
 // running guards the versitygw package globals: one Server per process.
@@ -53,8 +54,9 @@ var running atomic.Bool
 
 // Config configures the embedded servers.
 type Config struct {
-	// DataDir holds objects/, versions/ and iam/; created (0700) if
-	// missing. versions/ keeps the older versions of objects in buckets
+	// DataDir holds objects/, versions/, iam/ and run/ (the private
+	// socket); created (0700) if missing. Nothing is written elsewhere, so
+	// the server runs on a read-only root filesystem. versions/ keeps the older versions of objects in buckets
 	// with versioning on: versitygw wants it outside the objects root.
 	DataDir string
 	// S3Listen and IAMListen are host:port addresses; port 0 picks a free
@@ -75,7 +77,7 @@ type Server struct {
 	s3Addr  string
 	iamAddr string
 	region  string
-	sockDir string
+	sockDir *os.File // open DataDir/run when the socket path goes through /proc (privateSocket)
 	lock    *os.File // holds the data directory's lock (lockDataDir)
 
 	gw   *component
@@ -139,7 +141,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	objectsDir := filepath.Join(dataDir, "objects")
 	versionsDir := filepath.Join(dataDir, "versions")
 	iamDir := filepath.Join(dataDir, "iam")
-	for _, dir := range []string{dataDir, objectsDir, versionsDir, iamDir} {
+	runDir := filepath.Join(dataDir, "run")
+	for _, dir := range []string{dataDir, objectsDir, versionsDir, iamDir, runDir} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("start embedded S3 server: %w", err)
 		}
@@ -166,15 +169,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	defer cancel()
 
 	s := &Server{region: cfg.Region, lock: lock, stop: make(chan struct{}), closed: make(chan struct{})}
-	if err := s.start(ctx, cfg, objectsDir, versionsDir, iamDir); err != nil {
+	if err := s.start(ctx, cfg, objectsDir, versionsDir, iamDir, runDir); err != nil {
 		if s.gw != nil {
 			_ = s.gw.shutdown() // its error is in err already, or it was healthy
 		}
 		if s.iam != nil {
 			_ = s.iam.shutdown()
 		}
-		if s.sockDir != "" {
-			_ = os.RemoveAll(s.sockDir)
+		if s.sockDir != nil {
+			_ = s.sockDir.Close()
 		}
 		_ = lock.Close()
 		running.Store(false)
@@ -184,13 +187,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-func (s *Server) start(ctx context.Context, cfg Config, objectsDir, versionsDir, iamDir string) error {
-	sockDir, err := socketDir()
+func (s *Server) start(ctx context.Context, cfg Config, objectsDir, versionsDir, iamDir, runDir string) error {
+	sockPath, sockDir, err := privateSocket(runDir)
 	if err != nil {
 		return fmt.Errorf("start embedded IAM API: %w", err)
 	}
 	s.sockDir = sockDir
-	sockPath := filepath.Join(sockDir, "iam.sock")
 
 	creds := credentials.NewStaticCredentialsProvider(cfg.RootAccessKey, cfg.RootSecretKey, "")
 	s.iamAddr, s.iam, err = startListener(ctx, "IAM API", cfg.IAMListen, func(addr string) (*component, func(context.Context) error) {
@@ -336,16 +338,24 @@ func bindError(err error) error {
 	return err
 }
 
-func socketDir() (string, error) {
-	dir, err := os.MkdirTemp("", "bucketbroker-iam-")
-	if err == nil && len(filepath.Join(dir, "iam.sock")) <= maxSocketPath {
-		return dir, nil
+// privateSocket returns the path of the IAM API's private socket,
+// runDir/iam.sock. runDir is 0700: only this user may ask the IAM API to
+// check signatures. A socket file left by a process killed before it could
+// remove it is no obstacle: versitygw removes a stale socket before it binds
+// (TestStartWritesOnlyUnderDataDir). A unix socket path must fit in
+// sockaddr_un (108 bytes); when runDir's path is longer, the socket is reached through an
+// open descriptor of runDir, /proc/self/fd/N/iam.sock, and that descriptor
+// is returned to be closed after the servers stop.
+func privateSocket(runDir string) (string, *os.File, error) {
+	sock := filepath.Join(runDir, socketName)
+	if len(sock) <= maxSocketPath {
+		return sock, nil, nil
 	}
-	if err == nil {
-		_ = os.Remove(dir)
+	dir, err := os.Open(runDir)
+	if err != nil {
+		return "", nil, fmt.Errorf("open socket directory (its path is too long for a unix socket): %w", err)
 	}
-	// TMPDIR may be long: /tmp is short everywhere this runs.
-	return os.MkdirTemp("/tmp", "bb-iam-")
+	return fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), socketName), dir, nil
 }
 
 func probeConfig(region string, creds aws.CredentialsProvider) aws.Config {
@@ -380,8 +390,10 @@ func (s *Server) supervise() {
 	if err := s.iam.shutdown(); err != nil {
 		errs = append(errs, fmt.Errorf("embedded IAM API on %s: %w", s.iamAddr, err))
 	}
-	if err := os.RemoveAll(s.sockDir); err != nil {
-		errs = append(errs, err)
+	if s.sockDir != nil {
+		if err := s.sockDir.Close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := s.lock.Close(); err != nil {
 		errs = append(errs, err)

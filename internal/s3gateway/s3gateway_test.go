@@ -487,3 +487,61 @@ func TestStartRemovesEmptyDirsOfKilledDeletes(t *testing.T) {
 		}
 	}
 }
+
+// TestStartWritesOnlyUnderDataDir pins what a container with a read-only
+// root filesystem needs: the private socket lives in DataDir/run, not in
+// TMPDIR (the socket was once made in a temporary directory, and the
+// controller failed in the Deployment with "mkdir /tmp/bb-iam-...:
+// read-only file system"). The data directory's path is longer than a unix
+// socket path may be, and a socket file left by a killed process is in the
+// way: neither may stop the start, and the gateway must still reach the IAM
+// API through the socket (an unknown key is reported by the IAM API).
+func TestStartWritesOnlyUnderDataDir(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 60), strings.Repeat("e", 60))
+	if err := os.MkdirAll(filepath.Join(dir, "run"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(dir, "run", "iam.sock")
+	if len(stale) <= 108 {
+		t.Fatalf("socket path %q is short enough for sockaddr_un: the test needs a longer one", stale)
+	}
+	// A socket file as a SIGKILLed process leaves it: bound, then closed
+	// without unlinking (made through the short /proc path, as the server
+	// would).
+	d, err := os.Open(filepath.Join(dir, "run"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: fmt.Sprintf("/proc/self/fd/%d/iam.sock", d.Fd()), Net: "unix"})
+	if err != nil {
+		t.Fatalf("make stale socket: %v", err)
+	}
+	ln.SetUnlinkOnClose(false)
+	_ = ln.Close()
+	_ = d.Close()
+	if _, err := os.Lstat(stale); err != nil {
+		t.Fatalf("stale socket not made: %v", err)
+	}
+
+	cfg := testConfig(t, dir)
+	srv := start(t, cfg)
+	if fi, err := os.Lstat(stale); err != nil || fi.Mode().Type() != fs.ModeSocket {
+		t.Errorf("private socket at %s: %v (mode %v), want a socket", stale, err, fi)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "run")); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("socket directory: %v (mode %v), want 0700", err, fi)
+	}
+	_, err = s3Client(srv, "AKIAUNKNOWN"+randomKey(t), cfg.RootSecretKey).ListBuckets(context.Background(), &s3.ListBucketsInput{})
+	if got := apiCode(err); got != "InvalidAccessKeyId" {
+		t.Errorf("ListBuckets with an unknown key: %v (code %q), want InvalidAccessKeyId from the IAM API", err, got)
+	}
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("the server wrote %s in TMPDIR; everything belongs under DataDir", e.Name())
+	}
+}
