@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -273,9 +274,26 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 		WriteTimeout:      2 * time.Minute, // a sync request may wait for its operation
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          log.New(httpServerLog{b.log}, "", 0),
 	}
 	go func() { b.serveErr <- b.server.Serve(b.listener) }()
 	return b, nil
+}
+
+// httpServerLog routes net/http's own messages through the structured
+// logger. A failed TLS handshake (a client that does not trust the
+// certificate, plain HTTP on the HTTPS port, a port scan) is the client's
+// problem, logged at info; anything else at warn.
+type httpServerLog struct{ log *slog.Logger }
+
+func (l httpServerLog) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	if strings.HasPrefix(msg, "http: TLS handshake error") {
+		l.log.Info("TLS handshake failed", "err", strings.TrimPrefix(msg, "http: "))
+	} else {
+		l.log.Warn("OSB API server error", "err", strings.TrimPrefix(msg, "http: "))
+	}
+	return len(p), nil
 }
 
 // Store is a state store the broker closes on shutdown.

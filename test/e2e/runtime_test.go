@@ -62,14 +62,8 @@ func TestGeneratedPasswordSurvivesRestart(t *testing.T) {
 	if !strings.Contains(log, file) {
 		t.Errorf("the banner does not say %s keeps the password", file)
 	}
-	// Every line is the banner, the harness's marker, or a log record
-	// (--log-format text): versitygw's prints are records too.
-	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
-		if !strings.HasPrefix(line, "time=") && !strings.HasPrefix(line, "=== ") &&
-			!strings.HasPrefix(line, "bucketbroker is serving") && !strings.HasPrefix(line, "  ") {
-			t.Errorf("a line outside the logger: %q", line)
-		}
-	}
+	// versitygw's prints are records too.
+	checkEveryLineLogged(t, log)
 	if !strings.Contains(log, `msg="Embedded S3 server output" line="initializing standalone IAM`) {
 		t.Errorf("the embedded server's start-up lines are not in the log:\n%s", harness.Tail(log, 3000))
 	}
@@ -119,6 +113,11 @@ func TestTLS(t *testing.T) {
 		conn.Close()
 		t.Error("a TLS 1.1 client connected")
 	}
+	// net/http's own messages about them are records too.
+	checkEveryLineLogged(t, b.Log())
+	if !strings.Contains(b.Log(), `msg="TLS handshake failed"`) {
+		t.Errorf("the refused handshakes are not logged:\n%s", harness.Tail(b.Log(), 3000))
+	}
 
 	resp, err := b.Client().Get(b.URL() + "/metrics")
 	if err != nil {
@@ -128,6 +127,18 @@ func TestTLS(t *testing.T) {
 	resp.Body.Close()
 	if !strings.Contains(string(metrics), `bucketbroker_build_info{goversion="`+runtime.Version()+`"`) {
 		t.Errorf("/metrics lacks bucketbroker_build_info with the Go version:\n%s", harness.Tail(string(metrics), 2000))
+	}
+}
+
+// checkEveryLineLogged checks that every line of a broker's output is the
+// banner, the harness's marker, or a log record (--log-format text).
+func checkEveryLineLogged(t *testing.T, log string) {
+	t.Helper()
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		if !strings.HasPrefix(line, "time=") && !strings.HasPrefix(line, "=== ") &&
+			!strings.HasPrefix(line, "bucketbroker is serving") && !strings.HasPrefix(line, "  ") {
+			t.Errorf("a line outside the logger: %q", line)
+		}
 	}
 }
 
