@@ -12,9 +12,16 @@ help: ## List the documented targets
 run: ## Run the broker on its embedded defaults (state and objects in ./data)
 	$(GO) run ./cmd/bucketbroker serve
 
+# The version and commit `bucketbroker version` and bucketbroker_build_info
+# show: Go stamps neither in a git worktree, with -buildvcs=false, or without
+# .git (a container build), so builds pass them to the linker.
+BUILDINFO := github.com/bucketbroker/bucketbroker/internal/buildinfo
+VERSION_LDFLAGS := -X $(BUILDINFO).version=$(shell git describe --tags --always --dirty 2>/dev/null) \
+	-X $(BUILDINFO).commit=$(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+
 .PHONY: build
-build: ## Build bin/bucketbroker
-	$(GO) build -trimpath -o $(BIN) ./cmd/bucketbroker
+build: ## Build bin/bucketbroker (version and commit from git)
+	$(GO) build -trimpath -ldflags '$(VERSION_LDFLAGS)' -o $(BIN) ./cmd/bucketbroker
 
 .PHONY: test
 test: lint ## Lint, then run every test (race detector on) against real servers started by hack/with-test-servers.sh, then the claim tests on the NooBaa- and Rook-shaped CRDs

@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
@@ -296,11 +295,6 @@ func confirm(in io.Reader, out io.Writer, prompt string) (bool, error) {
 		return true, nil
 	}
 	return false, nil
-}
-
-func isTerminal(r io.Reader) bool {
-	f, ok := r.(*os.File)
-	return ok && isatty.IsTerminal(f.Fd())
 }
 
 // withStdoutOnStderr runs f with file descriptor 1 pointing at standard

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -19,9 +20,11 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/bucketbroker/bucketbroker/internal/broker"
+	"github.com/bucketbroker/bucketbroker/internal/buildinfo"
 	"github.com/bucketbroker/bucketbroker/pkg/provisioner"
 )
 
@@ -123,6 +126,9 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	cfg.QPS, cfg.Burst = provisioner.ClientQPS, provisioner.ClientBurst
 
 	o.storage.Logger = log
+	if _, err := stdoutThroughLogger(log); err != nil {
+		return err
+	}
 	if o.storage.Driver == broker.DriverEmbedded {
 		if err := os.MkdirAll(o.storage.DataDir, 0o700); err != nil {
 			return fmt.Errorf("create data dir: %w", err)
@@ -176,8 +182,13 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+	// Ready as serve is: when the backend answers. A controller that
+	// cannot reach it binds no claim, and a rollout should stop there.
+	if err := mgr.AddReadyzCheck("storage-backend", func(req *http.Request) error { return be.Ready(req.Context()) }); err != nil {
 		return err
+	}
+	if err := ctrlmetrics.Registry.Register(buildinfo.Get().Collector()); err != nil {
+		return fmt.Errorf("register build info metric: %w", err)
 	}
 	log.Info("Starting the ObjectBucketClaim controller", "provisioner", o.provisionerName,
 		"s3Endpoint", be.S3Endpoint, "bucketHost", host, "bucketPort", port, "leaderElection", o.leaderElect)

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bucketbroker/bucketbroker/internal/broker"
+	"github.com/bucketbroker/bucketbroker/internal/buildinfo"
 )
 
 func main() {
@@ -34,7 +35,7 @@ by a crash: the outcome is still one bucket and one credential per id.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newAdminCommand(), newControllerCommand())
+	root.AddCommand(newServeCommand(), newAdminCommand(), newControllerCommand(), newVersionCommand())
 	return root
 }
 
@@ -99,11 +100,20 @@ object, and resumes operations that were in flight.
 
 Credentials come from the environment (never from flags):
   BUCKETBROKER_USERNAME, BUCKETBROKER_PASSWORD
-      OSB API basic auth; generated and printed when unset.
+      OSB API basic auth. The user defaults to "broker"; an unset password
+      is generated on first start and kept in <data-dir>/broker-password
+      (0600), so that it stays the same across restarts.
   BUCKETBROKER_S3_ROOT_ACCESS_KEY, BUCKETBROKER_S3_ROOT_SECRET_KEY
       Root keys of the S3/IAM backend. For the embedded server they are
-      generated on first start, stored in the data dir and printed when unset.
-      For --driver s3iam they are required.`,
+      generated on first start and kept in <data-dir>/s3-root-credentials.json
+      when unset. For --driver s3iam they are required.
+Generated secrets are printed only when standard output is a terminal;
+otherwise (a pod's log, a service manager's journal) the banner says which
+file keeps them.
+
+With --tls-cert-file and --tls-key-file the OSB API serves HTTPS (TLS 1.2
+and newer); the first connection after the files change gets the new
+certificate, so a rotation (cert-manager) needs no restart.`,
 		Example: `  # Everything embedded, state in ./data
   bucketbroker serve
 
@@ -129,6 +139,9 @@ Credentials come from the environment (never from flags):
 			if cfg.Driver == broker.DriverS3IAM && (cfg.RootAccessKey == "" || cfg.RootSecretKey == "") {
 				return fmt.Errorf("--driver s3iam needs BUCKETBROKER_S3_ROOT_ACCESS_KEY and BUCKETBROKER_S3_ROOT_SECRET_KEY in the environment")
 			}
+			if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
+				return fmt.Errorf("--tls-cert-file and --tls-key-file go together: give both, or neither for plain HTTP")
+			}
 			return serve(cmd, cfg)
 		},
 	}
@@ -153,18 +166,26 @@ Credentials come from the environment (never from flags):
 	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 60*time.Second, "how long operations of a replica that died wait before another replica takes them over")
 	f.DurationVar(&cfg.BackendCallTimeout, "backend-call-timeout", 0, "deadline of each backend call, shorter than --lease-ttl; a call that runs out is retried (default: half of --lease-ttl)")
 	f.IntVar(&cfg.Workers, "workers", 32, "operations driven at once; the others wait in a queue, those a request has just started first")
+	f.StringVar(&cfg.TLSCertFile, "tls-cert-file", "", "PEM certificate (chain) of the OSB API; with --tls-key-file it serves HTTPS, TLS 1.2+, reloaded when the files change")
+	f.StringVar(&cfg.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
 	logOpts.bind(cmd)
 	return cmd
 }
 
 func serve(cmd *cobra.Command, cfg broker.Config) error {
+	out := cmd.OutOrStdout()
+	if stdout, err := stdoutThroughLogger(cfg.Logger); err != nil {
+		return err
+	} else if out == os.Stdout {
+		out = stdout
+	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	b, err := broker.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	printBanner(cmd.OutOrStdout(), b)
+	printBanner(out, b, isTerminal(out))
 	select {
 	case <-ctx.Done():
 	case err = <-b.Done():
@@ -179,19 +200,49 @@ func serve(cmd *cobra.Command, cfg broker.Config) error {
 	return err
 }
 
-func printBanner(w io.Writer, b *broker.Broker) {
+// printBanner tells the operator where the broker serves and with which
+// credentials. Generated secrets are shown only on a terminal (secrets
+// says so): anywhere else the output is kept (a pod's log, a journal), so
+// the banner names the file that holds them instead.
+func printBanner(w io.Writer, b *broker.Broker, secrets bool) {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "bucketbroker is serving the OSB API v2.17\n")
 	fmt.Fprintf(&sb, "  broker URL:    %s\n", b.URL)
-	if b.Generated.BrokerCredentials {
-		fmt.Fprintf(&sb, "  broker user:   %s\n  broker pass:   %s   (generated; set BUCKETBROKER_USERNAME/BUCKETBROKER_PASSWORD to choose)\n", b.Username, b.Password)
-	} else {
-		fmt.Fprintf(&sb, "  broker user:   %s   (password from BUCKETBROKER_PASSWORD)\n", b.Username)
+	fmt.Fprintf(&sb, "  broker user:   %s\n", b.Username)
+	switch g := b.Generated; {
+	case !g.BrokerCredentials:
+		fmt.Fprintf(&sb, "  broker pass:   from BUCKETBROKER_PASSWORD\n")
+	case secrets:
+		fmt.Fprintf(&sb, "  broker pass:   %s   (generated, kept in %s; set BUCKETBROKER_PASSWORD to choose)\n", b.Password, g.PasswordFile)
+	default:
+		fmt.Fprintf(&sb, "  broker pass:   in %s   (generated; set BUCKETBROKER_PASSWORD to choose)\n", g.PasswordFile)
 	}
 	fmt.Fprintf(&sb, "  S3 endpoint:   %s\n", b.S3Endpoint)
 	fmt.Fprintf(&sb, "  IAM endpoint:  %s\n", b.IAMEndpoint)
-	if b.Generated.RootCredentials {
-		fmt.Fprintf(&sb, "  S3 root key:   %s\n  S3 root secret: %s   (kept in the data dir; set BUCKETBROKER_S3_ROOT_* to choose)\n", b.RootAccessKey, b.RootSecretKey)
+	switch g := b.Generated; {
+	case !g.RootCredentials:
+	case secrets:
+		fmt.Fprintf(&sb, "  S3 root key:   %s\n  S3 root secret: %s   (generated, kept in %s; set BUCKETBROKER_S3_ROOT_* to choose)\n", b.RootAccessKey, b.RootSecretKey, g.RootCredentialsFile)
+	default:
+		fmt.Fprintf(&sb, "  S3 root keys:  in %s   (generated; set BUCKETBROKER_S3_ROOT_* to choose)\n", g.RootCredentialsFile)
 	}
 	fmt.Fprint(w, sb.String())
+}
+
+// isTerminal tells whether a command's input or output is a terminal.
+func isTerminal(v any) bool {
+	f, ok := v.(*os.File)
+	return ok && isatty.IsTerminal(f.Fd())
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version, commit and Go version of this binary",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), buildinfo.Get())
+			return err
+		},
+	}
 }

@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/bucketbroker/bucketbroker/internal/broker"
 )
 
 func run(args ...string) (string, error) {
@@ -43,6 +46,8 @@ func TestServeRejectsBadFlagsBeforeStarting(t *testing.T) {
 		"negative call timeout":             {[]string{"serve", "--backend-call-timeout", "-1s"}, nil, "--backend-call-timeout"},
 		"no lease":                          {[]string{"serve", "--lease-ttl", "0s"}, nil, "--lease-ttl"},
 		"no workers":                        {[]string{"serve", "--workers", "0"}, nil, "--workers"},
+		"TLS certificate without key":       {[]string{"serve", "--tls-cert-file", "tls.crt"}, nil, "--tls-key-file"},
+		"TLS key without certificate":       {[]string{"serve", "--tls-key-file", "tls.key"}, nil, "--tls-cert-file"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			for k, v := range tc.env {
@@ -53,5 +58,53 @@ func TestServeRejectsBadFlagsBeforeStarting(t *testing.T) {
 				t.Errorf("err = %v, want one mentioning %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestBannerKeepsSecretsOffLogs: where standard output is not a terminal
+// (a pod's log), the banner names the files that keep generated secrets,
+// and shows none of them; on a terminal it shows them.
+func TestBannerKeepsSecretsOffLogs(t *testing.T) {
+	b := &broker.Broker{URL: "http://127.0.0.1:8080", Username: "broker", Password: "generated-password-123",
+		RootAccessKey: "BBROOTACCESSKEY", RootSecretKey: "generated-root-secret-456",
+		Generated: broker.Generated{BrokerCredentials: true, PasswordFile: "/data/broker-password",
+			RootCredentials: true, RootCredentialsFile: "/data/s3-root-credentials.json"}}
+	secrets := []string{b.Password, b.RootAccessKey, b.RootSecretKey}
+	for name, tc := range map[string]struct {
+		terminal    bool
+		wantSecrets bool
+	}{
+		"log":      {terminal: false, wantSecrets: false},
+		"terminal": {terminal: true, wantSecrets: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out bytes.Buffer
+			printBanner(&out, b, tc.terminal)
+			for _, s := range secrets {
+				if strings.Contains(out.String(), s) != tc.wantSecrets {
+					t.Errorf("banner shows %q: %v, want %v:\n%s", s, !tc.wantSecrets, tc.wantSecrets, out.String())
+				}
+			}
+			for _, f := range []string{"/data/broker-password", "/data/s3-root-credentials.json"} {
+				if !strings.Contains(out.String(), f) {
+					t.Errorf("banner does not say %s keeps a generated secret:\n%s", f, out.String())
+				}
+			}
+		})
+	}
+	var out bytes.Buffer
+	printBanner(&out, &broker.Broker{Username: "u", Password: "chosen-password"}, true)
+	if strings.Contains(out.String(), "chosen-password") {
+		t.Errorf("banner shows a password the operator chose:\n%s", out.String())
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, err := run("version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out, "bucketbroker ") || !strings.Contains(out, "commit ") || !strings.Contains(out, runtime.Version()) {
+		t.Errorf("version printed %q, want the version, the commit and %s", out, runtime.Version())
 	}
 }

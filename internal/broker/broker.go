@@ -3,11 +3,13 @@ package broker
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/bucketbroker/bucketbroker/internal/buildinfo"
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
 	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
 	"github.com/bucketbroker/bucketbroker/internal/engine"
@@ -27,6 +30,7 @@ import (
 	"github.com/bucketbroker/bucketbroker/internal/secretbox"
 	"github.com/bucketbroker/bucketbroker/internal/store/postgres"
 	"github.com/bucketbroker/bucketbroker/internal/store/sqlite"
+	"github.com/bucketbroker/bucketbroker/internal/tlsreload"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
@@ -49,8 +53,14 @@ type Config struct {
 	// Store names the state store: a PostgreSQL DSN (postgres://...), or a
 	// SQLite file; empty means DataDir/bucketbroker.db.
 	Store string
-	// Username and Password protect the OSB API; empty ones are generated.
+	// Username and Password protect the OSB API. An empty Username is
+	// "broker"; an empty Password is generated at the first start, kept in
+	// DataDir/broker-password (0600) and read back at each later one, so
+	// that a platform registered with it keeps working after a restart.
 	Username, Password string
+	// TLSCertFile and TLSKeyFile, both set, serve the OSB API over HTTPS
+	// (TLS 1.2 and newer), reloading the pair when the files change.
+	TLSCertFile, TLSKeyFile string
 	// CatalogFile replaces the built-in catalog.
 	CatalogFile string
 	// EncryptionKeyFile holds the key that seals stored secrets; empty
@@ -113,14 +123,18 @@ type Broker struct {
 	serveErr                     chan error
 }
 
-// Generated says which credentials did not come from the caller (so the
-// caller prints them: nobody else knows them).
+// Generated says which credentials did not come from the caller, and
+// where they are kept (so that the caller can tell the operator where to
+// read them: nobody else knows them).
 type Generated struct {
-	// BrokerCredentials were generated at this start.
+	// BrokerCredentials: the OSB API password was generated, now or at an
+	// earlier start, and is kept in PasswordFile.
 	BrokerCredentials bool
+	PasswordFile      string
 	// RootCredentials were generated now or at an earlier start, and are
-	// kept in the data dir.
-	RootCredentials bool
+	// kept in RootCredentialsFile.
+	RootCredentials     bool
+	RootCredentialsFile string
 }
 
 // Start brings every part up, in order, and starts serving the OSB API.
@@ -139,6 +153,17 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	var tlsConfig *tls.Config
+	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
+		if cfg.TLSCertFile == "" || cfg.TLSKeyFile == "" {
+			return nil, errors.New("TLS needs both a certificate file and a key file")
+		}
+		rl, err := tlsreload.New(cfg.TLSCertFile, cfg.TLSKeyFile, b.log)
+		if err != nil {
+			return nil, err
+		}
+		tlsConfig = rl.Config()
 	}
 	cat := catalog.Default()
 	if cfg.CatalogFile != "" {
@@ -188,7 +213,8 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildinfo.Get().Collector())
 	b.engine, err = engine.New(engine.Options{
 		Store: b.store, Driver: drv, Catalog: cat, Box: box, Endpoint: endpoint, Prefix: cfg.Prefix,
 		AsyncTimeout: cfg.AsyncTimeout, SyncTimeout: cfg.SyncTimeout, Logger: b.log, Registerer: reg,
@@ -202,14 +228,14 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 	}
 
 	b.Username, b.Password = cfg.Username, cfg.Password
-	if b.Username == "" || b.Password == "" {
-		if b.Username == "" {
-			b.Username = "broker"
+	if b.Username == "" {
+		b.Username = "broker"
+	}
+	if b.Password == "" {
+		b.Generated.BrokerCredentials, b.Generated.PasswordFile = true, filepath.Join(cfg.DataDir, "broker-password")
+		if b.Password, err = brokerPassword(b.Generated.PasswordFile); err != nil {
+			return nil, err
 		}
-		if b.Password == "" {
-			b.Password = randomString(24)
-		}
-		b.Generated.BrokerCredentials = true
 	}
 	unreadable := func() int { return 0 }
 	if rep, ok := b.store.(engine.UnreadableReporter); ok {
@@ -237,6 +263,10 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 		return nil, fmt.Errorf("listen for the OSB API on %s: %w", cfg.Listen, err)
 	}
 	b.URL = "http://" + b.listener.Addr().String()
+	if tlsConfig != nil {
+		b.listener = tls.NewListener(b.listener, tlsConfig)
+		b.URL = "https://" + b.listener.Addr().String()
+	}
 	b.server = &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -244,9 +274,26 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 		WriteTimeout:      2 * time.Minute, // a sync request may wait for its operation
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          log.New(httpServerLog{b.log}, "", 0),
 	}
 	go func() { b.serveErr <- b.server.Serve(b.listener) }()
 	return b, nil
+}
+
+// httpServerLog routes net/http's own messages through the structured
+// logger. A failed TLS handshake (a client that does not trust the
+// certificate, plain HTTP on the HTTPS port, a port scan) is the client's
+// problem, logged at info; anything else at warn.
+type httpServerLog struct{ log *slog.Logger }
+
+func (l httpServerLog) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	if strings.HasPrefix(msg, "http: TLS handshake error") {
+		l.log.Info("TLS handshake failed", "err", strings.TrimPrefix(msg, "http: "))
+	} else {
+		l.log.Warn("OSB API server error", "err", strings.TrimPrefix(msg, "http: "))
+	}
+	return len(p), nil
 }
 
 // Store is a state store the broker closes on shutdown.
@@ -282,7 +329,8 @@ func (b *Broker) startBackend(ctx context.Context, cfg *Config) (driver.Driver, 
 	case DriverEmbedded, "":
 		var err error
 		if cfg.RootAccessKey == "" || cfg.RootSecretKey == "" {
-			cfg.RootAccessKey, cfg.RootSecretKey, err = rootCredentials(filepath.Join(cfg.DataDir, "s3-root-credentials.json"))
+			b.Generated.RootCredentialsFile = filepath.Join(cfg.DataDir, "s3-root-credentials.json")
+			cfg.RootAccessKey, cfg.RootSecretKey, err = rootCredentials(b.Generated.RootCredentialsFile)
 			if err != nil {
 				return nil, engine.Endpoint{}, err
 			}
@@ -356,6 +404,23 @@ func StartBackend(ctx context.Context, cfg Config) (_ *Backend, err error) {
 	return be, nil
 }
 
+// readyTimeout bounds one readiness check: a probe must answer before the
+// kubelet's own timeout gives up on it.
+const readyTimeout = 5 * time.Second
+
+// Ready checks that the backend answers with the root credentials, as
+// serve's /readyz does: the controller's /readyz runs it.
+func (b *Backend) Ready(ctx context.Context) error {
+	return backendReady(ctx, b.Driver)
+}
+
+func backendReady(ctx context.Context, drv driver.Driver) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	_, err := drv.Observe(ctx, driver.ObserveRequest{})
+	return err
+}
+
 // Stop stops the embedded server, if there is one.
 func (b *Backend) Stop(ctx context.Context) error {
 	if b.gateway == nil {
@@ -366,12 +431,12 @@ func (b *Backend) Stop(ctx context.Context) error {
 
 func (b *Broker) ready(drv driver.Driver) func(context.Context) error {
 	return func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 		defer cancel()
 		if _, err := b.store.Get(ctx, engine.KindInstance, "readiness-probe"); err != nil && !errors.Is(err, engine.ErrNotFound) {
 			return &osb.CheckError{Check: "store", Err: err}
 		}
-		if _, err := drv.Observe(ctx, driver.ObserveRequest{}); err != nil {
+		if err := backendReady(ctx, drv); err != nil {
 			return &osb.CheckError{Check: "storage backend", Err: err}
 		}
 		return nil
@@ -432,6 +497,52 @@ func rootCredentials(path string) (access, secret string, err error) {
 		return "", "", fmt.Errorf("store embedded S3 root credentials: %w", err)
 	}
 	return c.AccessKey, c.SecretKey, nil
+}
+
+// brokerPassword reads the OSB API password generated for this data dir,
+// or generates one and keeps it in path (0600). The file is written under
+// another name and renamed into place, so that a crash leaves either no
+// file (a new password at the next start, which nobody has seen yet) or a
+// whole one.
+func brokerPassword(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err == nil {
+		pw := strings.TrimSpace(string(data))
+		if pw == "" {
+			return "", fmt.Errorf("broker password file %s is empty: remove it to generate a new password, or set BUCKETBROKER_PASSWORD", path)
+		}
+		return pw, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("read broker password: %w", err)
+	}
+	pw := randomString(24)
+	if err := writeFileAtomic(path, []byte(pw+"\n")); err != nil {
+		return "", fmt.Errorf("store broker password: %w", err)
+	}
+	return pw, nil
+}
+
+// writeFileAtomic writes data to path (0600) through a temporary file in
+// the same folder, synced before the rename.
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // fails harmlessly once renamed
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 // replicaID reads this data dir's replica id, or makes one: the host name

@@ -32,9 +32,11 @@ func TestStartFailsClearly(t *testing.T) {
 	}{
 		"unreachable backend": {Config{Driver: DriverS3IAM, S3Endpoint: "http://" + closedPort(t), IAMEndpoint: "http://" + closedPort(t),
 			RootAccessKey: "a", RootSecretKey: "b", PathStyle: true}, "storage backend check failed"},
-		"bad catalog":    {Config{CatalogFile: badCatalog}, "no services"},
-		"unknown driver": {Config{Driver: "ceph-magic"}, `unknown driver "ceph-magic"`},
-		"bad prefix":     {Config{Prefix: "UPPER", Driver: DriverS3IAM, S3Endpoint: "http://" + closedPort(t), IAMEndpoint: "http://" + closedPort(t), RootAccessKey: "a", RootSecretKey: "b"}, ""},
+		"bad catalog":       {Config{CatalogFile: badCatalog}, "no services"},
+		"unknown driver":    {Config{Driver: "ceph-magic"}, `unknown driver "ceph-magic"`},
+		"TLS key alone":     {Config{TLSKeyFile: "tls.key"}, "TLS needs both"},
+		"TLS files missing": {Config{TLSCertFile: "/nonexistent/tls.crt", TLSKeyFile: "/nonexistent/tls.key"}, "/nonexistent/tls.crt"},
+		"bad prefix":        {Config{Prefix: "UPPER", Driver: DriverS3IAM, S3Endpoint: "http://" + closedPort(t), IAMEndpoint: "http://" + closedPort(t), RootAccessKey: "a", RootSecretKey: "b"}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			tc.cfg.DataDir, tc.cfg.Listen = t.TempDir(), "127.0.0.1:0"
@@ -67,7 +69,10 @@ func TestServeEmbedded(t *testing.T) {
 	if !b.Generated.BrokerCredentials || !b.Generated.RootCredentials || b.Password == "" {
 		t.Errorf("generated = %+v, want broker and root credentials generated", b.Generated)
 	}
-	for _, f := range []string{"bucketbroker.db", "encryption.key", "s3-root-credentials.json"} {
+	if want := filepath.Join(dir, "broker-password"); b.Generated.PasswordFile != want {
+		t.Errorf("password kept in %q, want %q", b.Generated.PasswordFile, want)
+	}
+	for _, f := range []string{"bucketbroker.db", "encryption.key", "s3-root-credentials.json", "broker-password"} {
 		fi, err := os.Stat(filepath.Join(dir, f))
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
@@ -100,9 +105,35 @@ func TestServeEmbedded(t *testing.T) {
 		t.Errorf("catalog without auth = %d, want 401", code)
 	}
 	_, metrics := get("/metrics", false)
-	for _, m := range []string{"bucketbroker_http_requests_total", "bucketbroker_operations_in_flight", "go_goroutines"} {
+	for _, m := range []string{"bucketbroker_http_requests_total", "bucketbroker_operations_in_flight", "go_goroutines", "bucketbroker_build_info{"} {
 		if !strings.Contains(metrics, m) {
 			t.Errorf("/metrics lacks %s", m)
 		}
+	}
+}
+
+// TestBrokerPasswordFile: the password generated for a data dir is the one
+// every later start reads back; a file with no password in it is an error
+// that says what to do, and is left as it is.
+func TestBrokerPasswordFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "broker-password")
+	first, err := brokerPassword(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := brokerPassword(path)
+	if err != nil || again != first {
+		t.Errorf("second read = %q, %v; want the first password %q", again, err, first)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("data dir holds %v, want the password file only (no temporary file left)", entries)
+	}
+	os.WriteFile(path, []byte("\n"), 0o600)
+	if _, err := brokerPassword(path); err == nil || !strings.Contains(err.Error(), "BUCKETBROKER_PASSWORD") {
+		t.Errorf("empty file: err = %v, want one saying to remove it or set BUCKETBROKER_PASSWORD", err)
+	}
+	if data, _ := os.ReadFile(path); string(data) != "\n" {
+		t.Errorf("the empty file was changed to %q", data)
 	}
 }

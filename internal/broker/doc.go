@@ -9,4 +9,12 @@
 // user request. Shutdown stops taking requests, lets the engine's workers
 // stop (unfinished operations stay recorded and resume on the next start),
 // then stops the embedded server and closes the store.
+//
+// Secrets the caller does not give are generated once and kept in the data
+// dir (0600): the OSB API password (broker-password) and the embedded
+// server's root keys (s3-root-credentials.json). Start reads them back on
+// every later start, so that a platform registered with the password, and
+// the users made under the root keys, keep working across restarts.
+// Generated says which ones were generated and where they are, so that the
+// caller can point the operator at the file instead of printing a secret.
 package broker

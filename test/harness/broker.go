@@ -2,6 +2,8 @@ package harness
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -63,6 +65,12 @@ type Broker struct {
 	Backend Backend
 	// Args and Env are added to every start (another driver or store).
 	Args, Env []string
+	// Password, when set, replaces Pass in requests: for a broker whose
+	// password was generated (Env holds an empty BUCKETBROKER_PASSWORD).
+	Password string
+	// CA, when set, makes every request HTTPS, trusting only these roots:
+	// for a broker started with --tls-cert-file (in Args).
+	CA *x509.CertPool
 
 	embedded     bool
 	s3Ad, iamAdr string
@@ -134,7 +142,7 @@ func (b *Broker) TryStart(crashAt ...string) error {
 	go func(c *exec.Cmd, ch chan error) { ch <- c.Wait() }(b.cmd, b.exited)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if resp, err := http.Get("http://" + b.API + "/healthz"); err == nil {
+		if resp, err := b.Client().Get(b.URL() + "/healthz"); err == nil {
 			resp.Body.Close()
 			return nil
 		}
@@ -146,6 +154,25 @@ func (b *Broker) TryStart(crashAt ...string) error {
 		}
 	}
 	return fmt.Errorf("broker did not serve within 30s")
+}
+
+// URL is the OSB API's base URL.
+func (b *Broker) URL() string {
+	if b.CA != nil {
+		return "https://" + b.API
+	}
+	return "http://" + b.API
+}
+
+// Client is the HTTP client requests to the broker go through.
+func (b *Broker) Client() *http.Client {
+	if b.CA == nil {
+		return client
+	}
+	// A transport per call: a test that rotates the certificate wants a
+	// new handshake for each request.
+	return &http.Client{Timeout: client.Timeout, Transport: &http.Transport{DisableKeepAlives: true,
+		TLSClientConfig: &tls.Config{RootCAs: b.CA, MinVersion: tls.VersionTLS12}}}
 }
 
 // WaitCrash waits for the process to exit at a crash point.

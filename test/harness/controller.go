@@ -88,6 +88,9 @@ func NewExternalController(t testing.TB, binary, kubeconfig, provisioner string,
 	return c
 }
 
+// ProbeAddr is the address of the process's /healthz and /readyz.
+func (c *Controller) ProbeAddr() string { return c.probeAddr }
+
 // S3Addr is the S3 server's host:port (the claims' BUCKET_HOST and
 // BUCKET_PORT).
 func (c *Controller) S3Addr() string { return c.s3Addr }

@@ -62,14 +62,18 @@ func (b *Broker) Do(method, path string, body any) Reply {
 		data, _ := json.Marshal(body)
 		rd = bytes.NewReader(data)
 	}
-	req, err := http.NewRequest(method, "http://"+b.API+path, rd)
+	req, err := http.NewRequest(method, b.URL()+path, rd)
 	if err != nil {
 		return Reply{Err: err}
 	}
-	req.SetBasicAuth(User, Pass)
+	pass := Pass
+	if b.Password != "" {
+		pass = b.Password
+	}
+	req.SetBasicAuth(User, pass)
 	req.Header.Set("X-Broker-API-Version", "2.17")
 	start := time.Now()
-	resp, err := client.Do(req)
+	resp, err := b.Client().Do(req)
 	if err != nil {
 		return Reply{Err: err, Took: time.Since(start)}
 	}
