@@ -18,7 +18,11 @@ export PATH="/usr/local/go/bin:$PATH"
 ctx=$(mktemp -d "${TMPDIR:-/tmp}/bucketbroker-image.XXXXXX")
 trap 'rm -rf "$ctx"' EXIT
 start=$(date +%s)
-CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags="-s -w" -o "$ctx/bucketbroker" ./cmd/bucketbroker
+# The version and commit, as make build passes them (Go stamps none here).
+bi=github.com/bucketbroker/bucketbroker/internal/buildinfo
+version=$(git describe --tags --always --dirty 2>/dev/null || echo unknown)
+commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)
+CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags="-s -w -X $bi.version=$version -X $bi.commit=$commit" -o "$ctx/bucketbroker" ./cmd/bucketbroker
 cp "$CA" "$ctx/ca-certificates.crt"
 chmod 644 "$ctx/ca-certificates.crt"
 chmod 755 "$ctx/bucketbroker"
