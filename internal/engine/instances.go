@@ -406,7 +406,8 @@ func (e *Engine) lastOperation(ctx context.Context, kind Kind, id, instanceID, o
 		if rec.Phase == PhaseDeleted {
 			return LastOperation{Gone: true}, nil
 		}
-		return LastOperation{}, fmt.Errorf("%w: operation %q of %s %s", ErrMissing, opID, kind, id)
+		// The resource exists: 404 would tell the platform it does not.
+		return LastOperation{}, invalidf("%s %s has no operation %q", kind, id, opID)
 	}
 	if !op.Finished() && time.Now().After(op.Deadline.Add(time.Minute)) {
 		// Its worker should have failed it at the deadline; make sure a
