@@ -50,6 +50,7 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 		return BindResult{}, err
 	}
 	fp := fingerprint(req.InstanceID, r)
+	how := e.answering(req.AcceptsIncomplete, nil)
 
 	for range maxCASRetries {
 		rec, err := e.store.Get(ctx, KindBinding, req.BindingID)
@@ -60,7 +61,7 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 				return BindResult{}, err
 			}
 			rec = e.newBinding(req, inst, r, fp, access)
-			rec.UserAttempted = e.userFree(ctx, rec, req.AcceptsIncomplete)
+			rec.UserAttempted = e.userFree(ctx, rec, how)
 			err = e.store.Insert(ctx, rec)
 			if errors.Is(err, ErrExists) {
 				continue // a concurrent duplicate won; answer from its record
@@ -84,7 +85,7 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 					// binding. (The flag survives only in a record
 					// whose unbind, by an older version, left our
 					// unmarked user in place: the bind adopts it.)
-					rec.UserAttempted = e.userFree(ctx, rec, req.AcceptsIncomplete)
+					rec.UserAttempted = e.userFree(ctx, rec, how)
 				}
 			}
 			rec.InstanceID, rec.Bucket, rec.Request, rec.Fingerprint = inst.ID, inst.Bucket, r, fp
@@ -119,11 +120,11 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 // bind adopt an unmarked user under that name later. As bucketFree: when
 // the backend cannot tell now, or the request is asynchronous, the bind's
 // worker looks first.
-func (e *Engine) userFree(ctx context.Context, rec *Record, async bool) bool {
-	if async {
+func (e *Engine) userFree(ctx context.Context, rec *Record, how answering) bool {
+	if how == answerAsync {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, e.lookTimeout(how))
 	defer cancel()
 	obs, err := e.driver.Observe(ctx, driver.ObserveRequest{UserName: rec.UserName})
 	return err == nil && (!obs.UserExists || obs.UserOwner == rec.Owner)
@@ -189,7 +190,7 @@ func (e *Engine) bindStarted(ctx context.Context, rec *Record, async bool) (Bind
 	}
 	crashpoint.Hit("bind/record-written")
 	e.log.Info("Binding", "id", rec.ID, "instance", rec.InstanceID, "user", rec.UserName, "access", rec.Access, "operation", rec.Op.ID)
-	res, end, err := e.startedRecord(ctx, rec, OutcomeCreated, async)
+	res, end, err := e.startedRecord(ctx, rec, OutcomeCreated, e.answering(async, nil))
 	if end != nil {
 		rec = end
 	}
@@ -267,7 +268,7 @@ func (e *Engine) Unbind(ctx context.Context, req UnbindRequest) (Result, error) 
 		crashpoint.Hit("unbind/record-written")
 		e.log.Info("Unbinding", "id", rec.ID, "instance", rec.InstanceID, "operation", rec.Op.ID)
 		e.interrupt(KindBinding, rec.ID)
-		return e.started(ctx, rec, OutcomeOK, req.AcceptsIncomplete)
+		return e.started(ctx, rec, OutcomeOK, e.answering(req.AcceptsIncomplete, nil))
 	}
 	return Result{}, fmt.Errorf("%w: binding %s keeps changing", ErrConcurrency, req.BindingID)
 }

@@ -34,6 +34,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 	if plan.Settings().AsyncRequired && !req.AcceptsIncomplete {
 		return Result{}, fmt.Errorf("%w: plan %q provisions asynchronously only", ErrAsyncRequired, plan.Name)
 	}
+	how := e.answering(req.AcceptsIncomplete, plan)
 	r := Request{ServiceID: req.ServiceID, PlanID: req.PlanID, Parameters: params,
 		OrganizationGUID: req.OrganizationGUID, SpaceGUID: req.SpaceGUID, Context: req.Context}
 	fp := fingerprint("", r)
@@ -71,7 +72,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 		}
 		if errors.Is(err, ErrNotFound) {
 			fresh := e.newInstance(req.InstanceID, r, fp, e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
-			fresh.BucketAttempted = e.bucketFree(ctx, fresh, req.AcceptsIncomplete)
+			fresh.BucketAttempted = e.bucketFree(ctx, fresh, how)
 			err = e.store.Insert(ctx, fresh)
 			if errors.Is(err, ErrExists) {
 				continue // a concurrent duplicate won; answer from its record
@@ -80,7 +81,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 			}
 			crashpoint.Hit("provision/record-written")
 			e.log.Info("Provisioning instance", "id", req.InstanceID, "plan", plan.Name, "bucket", fresh.Bucket, "operation", fresh.Op.ID)
-			return e.started(ctx, fresh, OutcomeCreated, req.AcceptsIncomplete)
+			return e.started(ctx, fresh, OutcomeCreated, how)
 		} else if err != nil {
 			return Result{}, e.storeErr(ctx, err)
 		}
@@ -88,7 +89,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 			// Provision again: a deleted id may be reused, a failed
 			// provision is retried from the steps it has done.
 			if rec.Phase == PhaseDeleted {
-				rec.BucketAttempted = e.bucketFree(ctx, rec, req.AcceptsIncomplete)
+				rec.BucketAttempted = e.bucketFree(ctx, rec, how)
 			}
 			rec.Request, rec.Fingerprint, rec.Phase = r, fp, PhaseProvisioning
 			rec.startOp(e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
@@ -98,7 +99,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 				return Result{}, e.storeErr(ctx, err)
 			}
 			crashpoint.Hit("provision/record-written")
-			return e.started(ctx, rec, OutcomeCreated, req.AcceptsIncomplete)
+			return e.started(ctx, rec, OutcomeCreated, how)
 		}
 		if rec.Fingerprint != fp {
 			return Result{}, fmt.Errorf("%w: instance %s exists with different attributes", ErrConflict, req.InstanceID)
@@ -121,15 +122,25 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 // only be one its own attempt created and crashed before marking. When the
 // backend cannot tell now, the provision's worker looks again first; an
 // asynchronous request leaves the look to the worker at once, so that its
-// 202 never waits for the backend.
-func (e *Engine) bucketFree(ctx context.Context, rec *Record, async bool) bool {
-	if async {
+// 202 never waits for the backend, and one answered within the sync budget
+// looks no longer than the budget.
+func (e *Engine) bucketFree(ctx context.Context, rec *Record, how answering) bool {
+	if how == answerAsync {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, e.lookTimeout(how))
 	defer cancel()
 	obs, err := e.driver.Observe(ctx, driver.ObserveRequest{Bucket: rec.Bucket})
 	return err == nil && (!obs.BucketExists || obs.BucketOwner == rec.Owner)
+}
+
+// lookTimeout bounds a look at the backend made before the intent is
+// recorded.
+func (e *Engine) lookTimeout(how answering) time.Duration {
+	if how == answerBudget {
+		return min(5*time.Second, e.syncBudget)
+	}
+	return 5 * time.Second
 }
 
 func (e *Engine) newInstance(id string, r Request, fp string, op Operation) *Record {
@@ -143,23 +154,75 @@ func (e *Engine) newInstance(id string, r Request, fp string, op Operation) *Rec
 	}
 }
 
+// answering is how a request that started an operation is answered.
+type answering int
+
+const (
+	// answerSync waits for the operation's end (accepts_incomplete absent).
+	answerSync answering = iota
+	// answerAsync answers 202 at once.
+	answerAsync
+	// answerBudget waits up to the sync budget: an operation finished by
+	// then is answered as a synchronous one, else 202. The operation is
+	// recorded as an asynchronous one either way, so that one a crash cuts
+	// short resumes exactly as an asynchronous operation does.
+	answerBudget
+)
+
+// answering returns how a request is answered: synchronously without
+// accepts_incomplete, else within the sync budget, unless the plan (nil
+// for bindings, which never require asynchrony) requires asynchronous
+// operations or there is no budget.
+func (e *Engine) answering(async bool, plan *catalog.Plan) answering {
+	switch {
+	case !async:
+		return answerSync
+	case e.syncBudget > 0 && (plan == nil || !plan.Settings().AsyncRequired):
+		return answerBudget
+	default:
+		return answerAsync
+	}
+}
+
 // started kicks the worker for an operation this request began, and
-// answers: 202 at once when async, else the outcome once it has finished.
-func (e *Engine) started(ctx context.Context, rec *Record, done Outcome, async bool) (Result, error) {
-	res, _, err := e.startedRecord(ctx, rec, done, async)
+// answers as how says.
+func (e *Engine) started(ctx context.Context, rec *Record, done Outcome, how answering) (Result, error) {
+	res, _, err := e.startedRecord(ctx, rec, done, how)
 	return res, err
 }
 
 // startedRecord is started that also returns the record as the operation
-// left it (nil when async).
-func (e *Engine) startedRecord(ctx context.Context, rec *Record, done Outcome, async bool) (Result, *Record, error) {
-	if async {
+// left it (nil when answered 202).
+func (e *Engine) startedRecord(ctx context.Context, rec *Record, done Outcome, how answering) (Result, *Record, error) {
+	if how == answerAsync {
 		e.kickWith(rec)
 		return Result{Outcome: OutcomeAccepted, Operation: rec.Op.ID}, nil, nil
 	}
 	changed := e.changedCh(rec.Kind, rec.ID) // before the worker can finish
 	e.kickWith(rec)
+	if how == answerBudget {
+		return e.awaitBudget(ctx, rec, done, changed)
+	}
 	return e.awaitOutcome(ctx, rec, done, changed)
+}
+
+// awaitBudget waits up to the sync budget for rec's operation. Finished by
+// then, it is answered as awaitOutcome answers; still running, superseded,
+// or not known to have ended (the store did not answer), 202 with the
+// operation, which carries on as any asynchronous one.
+func (e *Engine) awaitBudget(ctx context.Context, rec *Record, done Outcome, changed <-chan struct{}) (Result, *Record, error) {
+	// The budget counts from the operation's start: a look at the backend
+	// before the record was written spent part of it.
+	bctx, cancel := context.WithDeadline(ctx, rec.Op.StartedAt.Add(e.syncBudget))
+	defer cancel()
+	opID := rec.Op.ID
+	end, err := e.wait(bctx, rec.Kind, rec.ID, opID, changed)
+	if err != nil || end.Op.ID != opID || !end.Op.Finished() {
+		e.metrics.budget.WithLabelValues(string(rec.Op.Type), "accepted").Inc()
+		return Result{Outcome: OutcomeAccepted, Operation: opID}, nil, nil
+	}
+	e.metrics.budget.WithLabelValues(string(rec.Op.Type), "finished").Inc()
+	return e.outcome(end, opID, done)
 }
 
 // inFlight answers a duplicate of an operation in progress: the same
@@ -184,8 +247,14 @@ func (e *Engine) awaitOutcome(ctx context.Context, rec *Record, done Outcome, ch
 	if err != nil {
 		return Result{}, nil, err
 	}
+	return e.outcome(end, opID, done)
+}
+
+// outcome answers operation opID from end, the record once it ended or was
+// superseded.
+func (e *Engine) outcome(end *Record, opID string, done Outcome) (Result, *Record, error) {
 	if end.Op.ID != opID {
-		return Result{}, nil, fmt.Errorf("%w: %s %s was superseded by %s", ErrConcurrency, rec.Kind, rec.ID, end.Op.Type)
+		return Result{}, nil, fmt.Errorf("%w: %s %s was superseded by %s", ErrConcurrency, end.Kind, end.ID, end.Op.Type)
 	}
 	if end.Op.State == OpFailed && end.Op.Refused {
 		return Result{}, nil, fmt.Errorf("%w: %s", ErrUnprocessable, end.Op.Description)
@@ -255,7 +324,7 @@ func (e *Engine) Update(ctx context.Context, req UpdateRequest) (Result, error) 
 			}
 		}
 		e.log.Info("Updating instance", "id", rec.ID, "plan", plan.Name, "operation", rec.Op.ID)
-		return e.started(ctx, rec, OutcomeOK, req.AcceptsIncomplete)
+		return e.started(ctx, rec, OutcomeOK, e.answering(req.AcceptsIncomplete, plan))
 	}
 	return Result{}, fmt.Errorf("%w: instance %s keeps changing", ErrConcurrency, req.InstanceID)
 }
@@ -342,8 +411,11 @@ func (e *Engine) Deprovision(ctx context.Context, req DeprovisionRequest) (Resul
 		} else if err != nil {
 			return Result{}, e.storeErr(ctx, err)
 		}
-		if plan, err := e.catalog.Lookup(rec.Request.ServiceID, rec.Request.PlanID); err == nil &&
-			plan.Settings().AsyncRequired && !req.AcceptsIncomplete && rec.Phase != PhaseDeleted {
+		plan, err := e.catalog.Lookup(rec.Request.ServiceID, rec.Request.PlanID)
+		if err != nil {
+			plan = nil // a plan no longer in the catalog requires nothing
+		}
+		if plan != nil && plan.Settings().AsyncRequired && !req.AcceptsIncomplete && rec.Phase != PhaseDeleted {
 			return Result{}, fmt.Errorf("%w: plan %q deprovisions asynchronously only", ErrAsyncRequired, plan.Name)
 		}
 		switch rec.Phase {
@@ -365,7 +437,7 @@ func (e *Engine) Deprovision(ctx context.Context, req DeprovisionRequest) (Resul
 		crashpoint.Hit("deprovision/record-written")
 		e.log.Info("Deprovisioning instance", "id", rec.ID, "halting_provision", halting, "operation", rec.Op.ID)
 		e.interrupt(KindInstance, rec.ID)
-		return e.started(ctx, rec, OutcomeOK, req.AcceptsIncomplete)
+		return e.started(ctx, rec, OutcomeOK, e.answering(req.AcceptsIncomplete, plan))
 	}
 	return Result{}, fmt.Errorf("%w: instance %s keeps changing", ErrConcurrency, req.InstanceID)
 }

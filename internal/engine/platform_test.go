@@ -1,8 +1,13 @@
 package engine_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"testing"
+	"time"
+
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
 // TestLastOperationUnknownOperation: an operation id the resource never had
@@ -23,4 +28,135 @@ func TestLastOperationUnknownOperation(t *testing.T) {
 	}
 	h.want(h.do("GET", instancePth+newID()+"/last_operation?operation=x", nil), http.StatusNotFound, "unknown instance")
 	h.want(h.do("GET", inst+"/service_bindings/"+newID()+"/last_operation?operation=x", nil), http.StatusNotFound, "unknown binding")
+}
+
+// TestSyncBudget plays a platform that sends accepts_incomplete=true on
+// every call, as Cloud Foundry and Kubernetes do: on a plan that does not
+// require asynchrony, each operation that finishes within the sync budget
+// is answered as a synchronous one, the bind's credentials included, with no
+// poll. Plans that require asynchrony still answer 202.
+func TestSyncBudget(t *testing.T) {
+	h := newHarness(t, harnessOpts{syncBudget: 30 * time.Second})
+	inst := instancePth + newID()
+	r := h.want(h.do("PUT", async(inst), provisionBody(planStd, map[string]any{"purge_on_delete": true})), http.StatusCreated, "provision")
+	if op := r.str("operation"); op != "" {
+		t.Errorf("synchronous answer with operation %q", op)
+	}
+	h.want(h.do("GET", inst, nil), http.StatusOK, "GET after the provision's first answer")
+	bind := inst + "/service_bindings/" + newID()
+	r = h.want(h.do("PUT", async(bind), bindBody(planStd, nil)), http.StatusCreated, "bind")
+	c := r.creds()
+	ak, _ := c["access_key_id"].(string)
+	sk, _ := c["secret_access_key"].(string)
+	bucket, _ := c["bucket"].(string)
+	if err := canWrite(ak, sk, bucket); err != nil {
+		t.Fatalf("the first answer's credentials do not work: %v", err)
+	}
+	again := h.want(h.do("PUT", async(bind), bindBody(planStd, nil)), http.StatusOK, "bind again")
+	if again.creds()["access_key_id"] != ak {
+		t.Errorf("bind again: key %v, want the same %s", again.creds()["access_key_id"], ak)
+	}
+	h.want(h.do("PATCH", async(inst), map[string]any{"service_id": serviceID, "parameters": map[string]any{"labels": map[string]any{"team": "a"}}}),
+		http.StatusOK, "update")
+	h.want(h.do("DELETE", del(bind, planStd, true), nil), http.StatusOK, "unbind")
+	if err := canWrite(ak, sk, bucket); err == nil {
+		t.Error("the key still works after the unbind's 200")
+	}
+	h.want(h.do("DELETE", del(inst, planStd, true), nil), http.StatusOK, "deprovision")
+	h.want(h.do("GET", inst, nil), http.StatusNotFound, "GET after the deprovision's 200")
+	if n := h.metric("bucketbroker_sync_budget_answers_total"); n != 5 {
+		t.Errorf("sync budget answers = %v, want 5 (one per operation)", n)
+	}
+
+	// standard-async requires asynchrony for its instance operations; its
+	// bindings do not.
+	ai := instancePth + newID()
+	r = h.want(h.do("PUT", async(ai), provisionBody(planAsync, nil)), http.StatusAccepted, "provision on standard-async")
+	if s := h.waitOp(ai, r.str("operation")); s != "succeeded" {
+		t.Fatalf("provision ended %q", s)
+	}
+	r = h.want(h.do("PUT", async(ai+"/service_bindings/"+newID()), bindBody(planAsync, nil)), http.StatusCreated, "bind on standard-async")
+	if r.creds() == nil {
+		t.Error("bind on standard-async: no credentials")
+	}
+	h.want(h.do("PATCH", async(ai), map[string]any{"service_id": serviceID, "parameters": map[string]any{"labels": map[string]any{"team": "a"}}}),
+		http.StatusAccepted, "update on standard-async")
+}
+
+// TestSyncBudgetRunsOut: an operation still running when the budget is
+// spent is answered 202 and carries on; a duplicate meanwhile gets the
+// spec's answer for an operation in progress (202, the same operation);
+// once it ended, the duplicate gets the finished answer.
+func TestSyncBudgetRunsOut(t *testing.T) {
+	h := newHarness(t, harnessOpts{syncBudget: 200 * time.Millisecond})
+	update := map[string]any{"service_id": serviceID, "parameters": map[string]any{"labels": map[string]any{"team": "b"}}}
+	cases := []struct {
+		name, method, call string
+		body               any
+		setup              func(inst, bind string)
+		path               func(inst, bind string) string
+		final              int
+	}{
+		{name: "provision", method: "PUT", call: "EnsureBucket", body: provisionBody(planStd, nil),
+			setup: func(string, string) {}, path: func(i, _ string) string { return async(i) }, final: http.StatusOK},
+		{name: "update", method: "PATCH", call: "EnsureBucket", body: update,
+			setup: func(i, _ string) {
+				h.want(h.do("PUT", i, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+			},
+			path: func(i, _ string) string { return async(i) }, final: http.StatusOK},
+		{name: "bind", method: "PUT", call: "EnsureCredential", body: bindBody(planStd, nil),
+			setup: func(i, _ string) {
+				h.want(h.do("PUT", i, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+			},
+			path: func(_, b string) string { return async(b) }, final: http.StatusOK},
+		{name: "unbind", method: "DELETE", call: "RevokeCredential",
+			setup: func(i, b string) {
+				h.want(h.do("PUT", i, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+				h.want(h.do("PUT", b, bindBody(planStd, nil)), http.StatusCreated, "bind")
+			},
+			path: func(_, b string) string { return del(b, planStd, true) }, final: http.StatusGone},
+		{name: "deprovision", method: "DELETE", call: "DeleteBucket",
+			setup: func(i, _ string) {
+				h.want(h.do("PUT", i, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+			},
+			path: func(i, _ string) string { return del(i, planStd, true) }, final: http.StatusGone},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			inst := instancePth + newID()
+			bind := inst + "/service_bindings/" + newID()
+			tc.setup(inst, bind)
+			g := newGate()
+			h.drv.hook(tc.call, g.hold)
+			defer h.drv.hook(tc.call, nil)
+			path := tc.path(inst, bind)
+			first := h.want(h.do(tc.method, path, tc.body), http.StatusAccepted, "past the budget")
+			g.waitEntered(t)
+			dup := h.want(h.do(tc.method, path, tc.body), http.StatusAccepted, "duplicate while running")
+			if dup.str("operation") != first.str("operation") || first.str("operation") == "" {
+				t.Errorf("duplicate got operation %q, want %q", dup.str("operation"), first.str("operation"))
+			}
+			g.release()
+			target := inst
+			if tc.name == "bind" || tc.name == "unbind" {
+				target = bind
+			}
+			if s := h.waitOp(target, first.str("operation")); s != "succeeded" {
+				t.Fatalf("%s ended %q", tc.name, s)
+			}
+			h.want(h.do(tc.method, path, tc.body), tc.final, "again once it ended")
+		})
+	}
+}
+
+// TestSyncBudgetFailure: an operation that fails within the budget is
+// answered as a synchronous one that failed (a refusal for good: 422), and
+// the same request retries it.
+func TestSyncBudgetFailure(t *testing.T) {
+	h := newHarness(t, harnessOpts{syncBudget: 30 * time.Second})
+	h.drv.hook("EnsureBucket", func(context.Context) error { return fmt.Errorf("injected: %w", driver.ErrInvalid) })
+	inst := instancePth + newID()
+	h.want(h.do("PUT", async(inst), provisionBody(planStd, nil)), http.StatusUnprocessableEntity, "provision refused")
+	h.drv.hook("EnsureBucket", nil)
+	h.want(h.do("PUT", async(inst), provisionBody(planStd, nil)), http.StatusCreated, "the same provision again")
 }
