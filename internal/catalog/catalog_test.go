@@ -237,3 +237,32 @@ services:
 		}
 	}
 }
+
+// TestDefaultCatalogDescriptions: each plan's description says what the
+// plan does: every access mode its bindings may have, that it keeps object
+// versions, and which operations it answers asynchronously only (update
+// among them: a change made synchronously is refused too).
+func TestDefaultCatalogDescriptions(t *testing.T) {
+	for _, s := range Default().Services {
+		for _, p := range s.Plans {
+			cfg := p.Settings()
+			for _, a := range cfg.access() {
+				if !strings.Contains(p.Description, string(a)) {
+					t.Errorf("plan %s allows %s bindings; its description does not say so: %q", p.Name, a, p.Description)
+				}
+			}
+			if cfg.Versioning != strings.Contains(p.Description, "every version") {
+				t.Errorf("plan %s: versioning %v, description %q", p.Name, cfg.Versioning, p.Description)
+			}
+			async := strings.Contains(p.Description, "asynchronous only")
+			if cfg.AsyncRequired != async {
+				t.Errorf("plan %s: asyncRequired %v, description %q", p.Name, cfg.AsyncRequired, p.Description)
+			}
+			for _, op := range []string{"provisioning", "updates", "deprovisioning"} {
+				if async && !strings.Contains(p.Description, op) {
+					t.Errorf("plan %s requires asynchrony for %s; its description does not say so: %q", p.Name, op, p.Description)
+				}
+			}
+		}
+	}
+}
