@@ -34,9 +34,13 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 	if plan.Settings().AsyncRequired && !req.AcceptsIncomplete {
 		return Result{}, fmt.Errorf("%w: plan %q provisions asynchronously only", ErrAsyncRequired, plan.Name)
 	}
+	if err := checkMaintenance(plan, req.MaintenanceVersion); err != nil {
+		return Result{}, err
+	}
 	how := e.answering(req.AcceptsIncomplete, plan)
 	r := Request{ServiceID: req.ServiceID, PlanID: req.PlanID, Parameters: params,
-		OrganizationGUID: req.OrganizationGUID, SpaceGUID: req.SpaceGUID, Context: req.Context}
+		OrganizationGUID: req.OrganizationGUID, SpaceGUID: req.SpaceGUID, Context: req.Context,
+		Maintenance: plan.Maintenance().Version}
 	fp := fingerprint("", r)
 	// The schema check runs before anything is written or answered, except
 	// for an exact replay of a live instance: its parameters passed when
@@ -114,6 +118,22 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 		}
 	}
 	return Result{}, fmt.Errorf("%w: instance %s keeps changing", ErrConcurrency, req.InstanceID)
+}
+
+// checkMaintenance refuses a maintenance_info.version that is not the
+// plan's (the platform's catalog is stale, or it asks for a version the
+// broker does not offer). None sent is always fine.
+func checkMaintenance(plan *catalog.Plan, version string) error {
+	if version == "" {
+		return nil
+	}
+	if want := plan.Maintenance().Version; version != want {
+		if want == "" {
+			return fmt.Errorf("%w: plan %q has no maintenance_info, the request names version %q", ErrMaintenanceInfoConflict, plan.Name, version)
+		}
+		return fmt.Errorf("%w: plan %q is at maintenance_info.version %q, the request names %q", ErrMaintenanceInfoConflict, plan.Name, want, version)
+	}
+	return nil
 }
 
 // bucketFree looks, before the intent is recorded, whether the instance's
@@ -285,7 +305,7 @@ func (e *Engine) Update(ctx context.Context, req UpdateRequest) (Result, error) 
 		switch rec.Phase {
 		case PhaseReady:
 		case PhaseUpdating:
-			if t := rec.Op.Target; t != nil && t.PlanID == target.PlanID && bytes.Equal(t.Parameters, target.Parameters) {
+			if t := rec.Op.Target; t != nil && t.PlanID == target.PlanID && bytes.Equal(t.Parameters, target.Parameters) && t.Maintenance == target.Maintenance {
 				return e.inFlight(ctx, rec, req.AcceptsIncomplete)
 			}
 			return Result{}, fmt.Errorf("%w: instance %s is being updated", ErrConcurrency, req.InstanceID)
@@ -296,7 +316,7 @@ func (e *Engine) Update(ctx context.Context, req UpdateRequest) (Result, error) 
 		default:
 			return Result{}, fmt.Errorf("%w: instance %s failed; deprovision it", ErrUnprocessable, req.InstanceID)
 		}
-		if target.PlanID == rec.Request.PlanID && bytes.Equal(target.Parameters, rec.Request.Parameters) {
+		if target.PlanID == rec.Request.PlanID && bytes.Equal(target.Parameters, rec.Request.Parameters) && target.Maintenance == rec.Request.Maintenance {
 			return Result{Outcome: OutcomeOK}, nil // nothing to change
 		}
 		if plan.Settings().AsyncRequired && !req.AcceptsIncomplete {
@@ -343,6 +363,9 @@ func (e *Engine) updateTarget(ctx context.Context, rec *Record, req UpdateReques
 	if err != nil {
 		return Request{}, nil, err
 	}
+	if err := checkMaintenance(plan, req.MaintenanceVersion); err != nil {
+		return Request{}, nil, err
+	}
 	if planID != rec.Request.PlanID {
 		old, err := e.catalog.Lookup(rec.Request.ServiceID, rec.Request.PlanID)
 		if err == nil && !old.Updateable() || !plan.Updateable() {
@@ -367,6 +390,12 @@ func (e *Engine) updateTarget(ctx context.Context, rec *Record, req UpdateReques
 	}
 	t := rec.Request
 	t.PlanID, t.Parameters = planID, merged
+	if planID != rec.Request.PlanID || req.MaintenanceVersion != "" {
+		// A plan change applies the new plan's settings, and so does an
+		// upgrade to the plan's current maintenance_info.version: the
+		// instance is at that version once the update succeeded.
+		t.Maintenance = plan.Maintenance().Version
+	}
 	if len(req.Context) > 0 {
 		t.Context = req.Context
 	}
@@ -457,8 +486,12 @@ func (e *Engine) GetInstance(ctx context.Context, id string) (*InstanceView, err
 	default:
 		return nil, fmt.Errorf("%w: instance %s is %s", ErrMissing, id, rec.Phase)
 	}
-	return &InstanceView{ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID,
-		Parameters: rec.Request.Parameters, Bucket: rec.Bucket}, nil
+	v := &InstanceView{ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID,
+		Parameters: rec.Request.Parameters, Bucket: rec.Bucket, MaintenanceVersion: rec.Request.Maintenance}
+	if plan, err := e.catalog.Lookup(rec.Request.ServiceID, rec.Request.PlanID); err == nil && plan.Maintenance().Version == v.MaintenanceVersion {
+		v.MaintenanceDescription = plan.Maintenance().Description
+	}
+	return v, nil
 }
 
 // InstanceLastOperation answers a poll for an instance operation.

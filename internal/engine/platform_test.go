@@ -7,6 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/bucketbroker/bucketbroker/internal/engine"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
@@ -159,4 +164,81 @@ func TestSyncBudgetFailure(t *testing.T) {
 	h.want(h.do("PUT", async(inst), provisionBody(planStd, nil)), http.StatusUnprocessableEntity, "provision refused")
 	h.drv.hook("EnsureBucket", nil)
 	h.want(h.do("PUT", async(inst), provisionBody(planStd, nil)), http.StatusCreated, "the same provision again")
+}
+
+// TestMaintenanceInfo: the plan's maintenance_info.version is checked on
+// provision and update (422 MaintenanceInfoConflict, nothing changed), shown
+// by GET, and an update naming it upgrades an instance provisioned at an
+// older version: the plan's bucket settings are applied again.
+func TestMaintenanceInfo(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	id := newID()
+	inst := instancePth + id
+	body := provisionBody(planStd, map[string]any{"labels": map[string]any{"team": "a"}})
+	body["maintenance_info"] = map[string]any{}
+	h.want(h.do("PUT", inst, body), http.StatusBadRequest, "maintenance_info without a version")
+	body["maintenance_info"] = map[string]any{"version": "2.0.0"}
+	r := h.want(h.do("PUT", inst, body), http.StatusUnprocessableEntity, "provision at a version the plan is not at")
+	if r.str("error") != "MaintenanceInfoConflict" {
+		t.Errorf("error = %q, want MaintenanceInfoConflict", r.str("error"))
+	}
+	h.want(h.do("GET", inst, nil), http.StatusNotFound, "GET after the refused provision")
+
+	body["maintenance_info"] = map[string]any{"version": "1.0.0"}
+	h.want(h.do("PUT", inst, body), http.StatusCreated, "provision at the plan's version")
+	g := h.want(h.do("GET", inst, nil), http.StatusOK, "GET")
+	mi, _ := g.body["maintenance_info"].(map[string]any)
+	if mi["version"] != "1.0.0" || mi["description"] == "" {
+		t.Errorf("GET maintenance_info = %v, want version 1.0.0 with a description", g.body["maintenance_info"])
+	}
+
+	update := map[string]any{"service_id": serviceID, "maintenance_info": map[string]any{"version": "0.9.0"}}
+	h.want(h.do("PATCH", inst, update), http.StatusUnprocessableEntity, "update to a version the plan is not at")
+
+	// The instance as an older catalog left it: at 0.9.0, its bucket's
+	// label tags gone (the owner mark kept).
+	rec, err := h.store.Get(ctx, engine.KindInstance, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Request.Maintenance = "0.9.0"
+	if err := h.store.Update(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	var kept []s3types.Tag
+	for k, v := range bucketTags(t, h, rec.Bucket) {
+		if k != "team" {
+			kept = append(kept, s3types.Tag{Key: aws.String(k), Value: aws.String(v)})
+		}
+	}
+	if _, err := h.s3.PutBucketTagging(ctx, &s3.PutBucketTaggingInput{Bucket: aws.String(rec.Bucket),
+		Tagging: &s3types.Tagging{TagSet: kept}}); err != nil {
+		t.Fatal(err)
+	}
+	g = h.want(h.do("GET", inst, nil), http.StatusOK, "GET before the upgrade")
+	if mi, _ := g.body["maintenance_info"].(map[string]any); mi["version"] != "0.9.0" || mi["description"] != nil {
+		t.Errorf("GET maintenance_info = %v, want version 0.9.0 without the plan's description", g.body["maintenance_info"])
+	}
+	h.want(h.do("PATCH", inst, map[string]any{"service_id": serviceID}), http.StatusOK, "update without maintenance_info")
+	if tags := bucketTags(t, h, rec.Bucket); tags["team"] != "" {
+		t.Fatalf("an update that changes nothing re-applied the tags: %v", tags)
+	}
+	update["maintenance_info"] = map[string]any{"version": "1.0.0"}
+	h.want(h.do("PATCH", inst, update), http.StatusOK, "upgrade")
+	if tags := bucketTags(t, h, rec.Bucket); tags["team"] != "a" {
+		t.Errorf("tags after the upgrade = %v, want team=a again", tags)
+	}
+	g = h.want(h.do("GET", inst, nil), http.StatusOK, "GET after the upgrade")
+	if mi, _ := g.body["maintenance_info"].(map[string]any); mi["version"] != "1.0.0" {
+		t.Errorf("GET maintenance_info = %v, want version 1.0.0", g.body["maintenance_info"])
+	}
+	before, err := h.store.Get(ctx, engine.KindInstance, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.want(h.do("PATCH", inst, update), http.StatusOK, "upgrade again: nothing to do")
+	if after, err := h.store.Get(ctx, engine.KindInstance, id); err != nil || after.Op.ID != before.Op.ID {
+		t.Errorf("the second upgrade ran an operation (%v)", err)
+	}
 }

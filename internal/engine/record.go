@@ -94,6 +94,9 @@ type Request struct {
 	SpaceGUID        string          `json:"spaceGuid,omitempty"`
 	// Context is the OSB context object, kept for GET; not fingerprinted.
 	Context json.RawMessage `json:"context,omitempty"`
+	// Maintenance is the plan's maintenance_info.version an instance was
+	// provisioned or upgraded at; not fingerprinted.
+	Maintenance string `json:"maintenance,omitempty"`
 	// AppGUID and BindResource are for bindings.
 	AppGUID      string          `json:"appGuid,omitempty"`
 	BindResource json.RawMessage `json:"bindResource,omitempty"`

@@ -62,6 +62,14 @@ func TestEngineErrors(t *testing.T) {
 				Description: "This service plan requires client support for asynchronous service operations.",
 				Detail:      "this plan requires accepts_incomplete=true"},
 		},
+		"maintenance info conflict": {
+			reason: "OSB's MaintenanceInfoConflict code with the spec's description",
+			err:    fmt.Errorf("%w: plan is at 1.0.0", engine.ErrMaintenanceInfoConflict),
+			want:   http.StatusUnprocessableEntity,
+			wantBody: errorBody{Error: "MaintenanceInfoConflict",
+				Description: "The maintenance_info.version field provided in the request does not match the maintenance_info.version field provided in the Service Broker's Catalog.",
+				Detail:      "maintenance_info.version is not the plan's: plan is at 1.0.0"},
+		},
 		"unprocessable": {
 			reason:   "a 422 without an OSB code: the error field is omitted",
 			err:      fmt.Errorf("%w: plan change not allowed", engine.ErrUnprocessable),

@@ -13,6 +13,7 @@ import (
 const (
 	codeAsyncRequired    = "AsyncRequired"
 	codeConcurrencyError = "ConcurrencyError"
+	codeMaintenanceInfo  = "MaintenanceInfoConflict"
 )
 
 // The descriptions the spec's Error Codes table gives for its codes. Clients
@@ -23,6 +24,7 @@ const (
 const (
 	descAsyncRequired    = "This service plan requires client support for asynchronous service operations."
 	descConcurrencyError = "The Service Broker does not support concurrent requests that mutate the same resource."
+	descMaintenanceInfo  = "The maintenance_info.version field provided in the request does not match the maintenance_info.version field provided in the Service Broker's Catalog."
 )
 
 // internalDescription is all a platform learns about an unexpected failure;
@@ -89,6 +91,8 @@ func errorResponse(err error) (int, errorBody) {
 		return user(http.StatusNotFound, "", engine.ErrMissing)
 	case errors.Is(err, engine.ErrConcurrency):
 		return fixed(codeConcurrencyError, descConcurrencyError, engine.ErrConcurrency)
+	case errors.Is(err, engine.ErrMaintenanceInfoConflict):
+		return fixed(codeMaintenanceInfo, descMaintenanceInfo, engine.ErrMaintenanceInfoConflict)
 	case errors.Is(err, engine.ErrAsyncRequired):
 		return fixed(codeAsyncRequired, descAsyncRequired, engine.ErrAsyncRequired)
 	case errors.Is(err, engine.ErrUnprocessable):

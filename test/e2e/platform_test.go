@@ -189,3 +189,41 @@ func TestKillInsideSyncBudget(t *testing.T) {
 		})
 	}
 }
+
+// TestRetrievable: GET instance returns the parameters and the
+// maintenance_info the instance is at, GET binding the parameters beside the
+// credentials; a maintenance_info.version the plan is not at is 422
+// MaintenanceInfoConflict with the spec's description.
+func TestRetrievable(t *testing.T) {
+	b := newBroker(t)
+	b.Start()
+	inst := "/v2/service_instances/shown"
+	body := maps.Clone(provisionBody)
+	body["parameters"] = map[string]any{"labels": map[string]any{"team": "a"}}
+	body["maintenance_info"] = map[string]any{"version": "9.9.9"}
+	r := b.Do("PUT", inst, body)
+	if r.Code != http.StatusUnprocessableEntity || r.Body["error"] != "MaintenanceInfoConflict" ||
+		r.Description() != "The maintenance_info.version field provided in the request does not match the maintenance_info.version field provided in the Service Broker's Catalog." {
+		t.Errorf("provision at an unknown maintenance_info.version: %s", r)
+	}
+	body["maintenance_info"] = map[string]any{"version": "1.0.0"}
+	untilDone(t, b, "PUT", inst, body, http.StatusCreated)
+	bb := maps.Clone(bindBody)
+	bb["parameters"] = map[string]any{"access": "read-only"}
+	untilDone(t, b, "PUT", inst+"/service_bindings/ro", bb, http.StatusCreated)
+
+	g := untilDone(t, b, "GET", inst, nil, http.StatusOK)
+	if p, _ := g.Body["parameters"].(map[string]any); p == nil || p["labels"] == nil {
+		t.Errorf("GET instance parameters = %v", g.Body["parameters"])
+	}
+	if mi, _ := g.Body["maintenance_info"].(map[string]any); mi["version"] != "1.0.0" || mi["description"] == nil {
+		t.Errorf("GET instance maintenance_info = %v", g.Body["maintenance_info"])
+	}
+	gb := untilDone(t, b, "GET", inst+"/service_bindings/ro", nil, http.StatusOK)
+	if p, _ := gb.Body["parameters"].(map[string]any); p["access"] != "read-only" {
+		t.Errorf("GET binding parameters = %v", gb.Body["parameters"])
+	}
+	if gb.Creds()["access"] != "read-only" {
+		t.Errorf("GET binding credentials = %v", gb.Creds())
+	}
+}
