@@ -85,16 +85,19 @@ type InputSchema struct {
 
 // Plan is one OSB plan.
 type Plan struct {
-	ID              string           `json:"id"`
-	Name            string           `json:"name"`
-	Description     string           `json:"description"`
-	Metadata        json.RawMessage  `json:"metadata,omitempty"`
-	Free            *bool            `json:"free,omitempty"`
-	Bindable        *bool            `json:"bindable,omitempty"`
-	PlanUpdateable  *bool            `json:"plan_updateable,omitempty"`
-	MaintenanceInfo *MaintenanceInfo `json:"maintenance_info,omitempty"`
-	Schemas         *Schemas         `json:"schemas,omitempty"`
-	Config          *PlanConfig      `json:"bucketbroker,omitempty"`
+	ID          string          `json:"id"`
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Metadata    json.RawMessage `json:"metadata,omitempty"`
+	Free        *bool           `json:"free,omitempty"`
+	Bindable    *bool           `json:"bindable,omitempty"`
+	// BindingRotatable lets a bind name a predecessor_binding_id (OSB
+	// v2.17 binding rotation).
+	BindingRotatable *bool            `json:"binding_rotatable,omitempty"`
+	PlanUpdateable   *bool            `json:"plan_updateable,omitempty"`
+	MaintenanceInfo  *MaintenanceInfo `json:"maintenance_info,omitempty"`
+	Schemas          *Schemas         `json:"schemas,omitempty"`
+	Config           *PlanConfig      `json:"bucketbroker,omitempty"`
 
 	service *Service
 	create  *jsonschema.Schema
@@ -124,6 +127,9 @@ func (p *Plan) Maintenance() MaintenanceInfo {
 	}
 	return *p.MaintenanceInfo
 }
+
+// Rotatable reports whether the plan's bindings may be rotated.
+func (p *Plan) Rotatable() bool { return p.BindingRotatable != nil && *p.BindingRotatable }
 
 // Settings returns the plan's bucketbroker configuration.
 func (p *Plan) Settings() PlanConfig {

@@ -111,6 +111,10 @@ type BindRequest struct {
 	Context           json.RawMessage
 	AcceptsIncomplete bool
 	Identity          string
+	// PredecessorBindingID rotates that binding of the instance: the new
+	// binding gets a credential of its own with the predecessor's access,
+	// and both work until each is unbound (empty: a plain bind).
+	PredecessorBindingID string
 }
 
 // UnbindRequest asks to delete a binding.

@@ -40,12 +40,38 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 	if !plan.Settings().AllowsAccess(access) {
 		return BindResult{}, invalidf("plan %q does not allow %s bindings", plan.Name, access)
 	}
+	pred := req.PredecessorBindingID
+	if pred != "" && !plan.Rotatable() {
+		return BindResult{}, invalidf("plan %q does not allow binding rotation", plan.Name)
+	}
+	if pred == req.BindingID && pred != "" {
+		return BindResult{}, invalidf("binding %s cannot rotate itself", pred)
+	}
+	// rotation returns the access of a new binding: a rotation's is its
+	// predecessor's, looked up only when the binding is recorded anew (a
+	// replay is answered from its record, whatever became of the
+	// predecessor since).
+	rotation := func() (driver.Access, error) {
+		if pred == "" {
+			return access, nil
+		}
+		p, err := e.store.Get(ctx, KindBinding, pred)
+		if errors.Is(err, ErrNotFound) || (err == nil && (p.InstanceID != req.InstanceID || p.Phase != PhaseReady)) {
+			return "", invalidf("predecessor binding %s of instance %s does not exist, or is being made or deleted", pred, req.InstanceID)
+		} else if err != nil {
+			return "", e.storeErr(ctx, err)
+		}
+		if bp.Access != "" && driver.Access(bp.Access) != driver.Access(p.Access) {
+			return "", invalidf("a rotation keeps its predecessor's access (%s); the parameters ask for %s", p.Access, bp.Access)
+		}
+		return driver.Access(p.Access), nil
+	}
 	bindResource, err := canonicalObject(req.BindResource)
 	if err != nil {
 		return BindResult{}, invalidf("bind_resource: %v", err)
 	}
 	r := Request{ServiceID: req.ServiceID, PlanID: req.PlanID, Parameters: params,
-		AppGUID: req.AppGUID, BindResource: bindResource, Context: req.Context}
+		AppGUID: req.AppGUID, BindResource: bindResource, Context: req.Context, Predecessor: pred}
 	if err := checkFreeForm(r); err != nil {
 		return BindResult{}, err
 	}
@@ -57,6 +83,10 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 		switch {
 		case errors.Is(err, ErrNotFound):
 			inst, err := e.bindableInstance(ctx, req)
+			if err != nil {
+				return BindResult{}, err
+			}
+			access, err := rotation()
 			if err != nil {
 				return BindResult{}, err
 			}
@@ -72,8 +102,13 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 		case err != nil:
 			return BindResult{}, e.storeErr(ctx, err)
 		}
-		if rec.Phase == PhaseDeleted || (rec.Phase == PhaseFailed && rec.Fingerprint == fp && rec.Op.Type == OpBind) {
+		same := rec.Fingerprint == fp && rec.Request.Predecessor == pred
+		if rec.Phase == PhaseDeleted || (rec.Phase == PhaseFailed && same && rec.Op.Type == OpBind) {
 			inst, err := e.bindableInstance(ctx, req)
+			if err != nil {
+				return BindResult{}, err
+			}
+			access, err := rotation()
 			if err != nil {
 				return BindResult{}, err
 			}
@@ -98,7 +133,7 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 			}
 			return e.bindStarted(ctx, rec, req.AcceptsIncomplete)
 		}
-		if rec.Fingerprint != fp {
+		if !same {
 			return BindResult{}, fmt.Errorf("%w: binding %s exists with different attributes", ErrConflict, req.BindingID)
 		}
 		switch rec.Phase {

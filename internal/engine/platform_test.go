@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -240,5 +241,124 @@ func TestMaintenanceInfo(t *testing.T) {
 	h.want(h.do("PATCH", inst, update), http.StatusOK, "upgrade again: nothing to do")
 	if after, err := h.store.Get(ctx, engine.KindInstance, id); err != nil || after.Op.ID != before.Op.ID {
 		t.Errorf("the second upgrade ran an operation (%v)", err)
+	}
+}
+
+// TestBindingRotation: a bind naming predecessor_binding_id makes a new key
+// with the predecessor's access; both work until the predecessor is
+// unbound. A duplicate gets the same credentials, even after the
+// predecessor is gone; a predecessor that does not exist is 400; the same
+// binding id with another predecessor is 409.
+func TestBindingRotation(t *testing.T) {
+	h := newHarness(t)
+	inst := instancePth + newID()
+	h.want(h.do("PUT", inst, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+	old := inst + "/service_bindings/" + newID()
+	oldID := old[strings.LastIndex(old, "/")+1:]
+	oc := h.want(h.do("PUT", old, bindBody(planStd, map[string]any{"access": "write-only"})), http.StatusCreated, "bind").creds()
+
+	rot := bindBody(planStd, nil)
+	rot["predecessor_binding_id"] = oldID
+	next := inst + "/service_bindings/" + newID()
+	nc := h.want(h.do("PUT", next, rot), http.StatusCreated, "rotate").creds()
+	if nc["access_key_id"] == oc["access_key_id"] || nc["access"] != "write-only" {
+		t.Fatalf("rotation credentials = key %v access %v, want a new key with write-only access (predecessor's key %v)",
+			nc["access_key_id"], nc["access"], oc["access_key_id"])
+	}
+	for what, c := range map[string]map[string]any{"predecessor": oc, "successor": nc} {
+		if err := canPut(c); err != nil {
+			t.Errorf("%s's key after the rotation: %v", what, err)
+		}
+	}
+	again := h.want(h.do("PUT", next, rot), http.StatusOK, "rotate again").creds()
+	if again["access_key_id"] != nc["access_key_id"] {
+		t.Errorf("duplicate rotation: key %v, want %v", again["access_key_id"], nc["access_key_id"])
+	}
+	other := bindBody(planStd, nil)
+	other["predecessor_binding_id"] = newID()
+	h.want(h.do("PUT", next, other), http.StatusConflict, "same binding id, another predecessor")
+	h.want(h.do("PUT", inst+"/service_bindings/"+newID(), other), http.StatusBadRequest, "predecessor that does not exist")
+	ro := bindBody(planStd, map[string]any{"access": "read-only"})
+	ro["predecessor_binding_id"] = oldID
+	h.want(h.do("PUT", inst+"/service_bindings/"+newID(), ro), http.StatusBadRequest, "rotation asking for another access")
+
+	h.want(h.do("DELETE", del(old, planStd, false), nil), http.StatusOK, "unbind the predecessor")
+	if err := canPut(oc); err == nil {
+		t.Error("the predecessor's key works after its unbind")
+	}
+	if err := canPut(nc); err != nil {
+		t.Errorf("the successor's key after the predecessor's unbind: %v", err)
+	}
+	again = h.want(h.do("PUT", next, rot), http.StatusOK, "rotate again after the predecessor is gone").creds()
+	if again["access_key_id"] != nc["access_key_id"] {
+		t.Errorf("duplicate rotation after the unbind: key %v, want %v", again["access_key_id"], nc["access_key_id"])
+	}
+	h.want(h.do("PUT", inst+"/service_bindings/"+newID(), rot), http.StatusBadRequest, "rotation of an unbound predecessor")
+}
+
+// canPut writes an object with a binding's credentials (what a write-only
+// key may do).
+func canPut(c map[string]any) error {
+	ak, _ := c["access_key_id"].(string)
+	sk, _ := c["secret_access_key"].(string)
+	bucket, _ := c["bucket"].(string)
+	_, err := s3Client(ak, sk, 0).PutObject(context.Background(), &s3.PutObjectInput{Bucket: aws.String(bucket),
+		Key: aws.String("put-probe"), Body: strings.NewReader("x")})
+	return err
+}
+
+// TestBindingRotationRacesUnbind: a rotation and its predecessor's unbind
+// do not wait for each other. A predecessor being unbound cannot be
+// rotated (400); a rotation in progress when its predecessor is unbound
+// finishes with its own key, one key made, and the predecessor's dies.
+func TestBindingRotationRacesUnbind(t *testing.T) {
+	h := newHarness(t)
+	inst := instancePth + newID()
+	h.want(h.do("PUT", inst, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+
+	pred := newID()
+	h.want(h.do("PUT", inst+"/service_bindings/"+pred, bindBody(planStd, nil)), http.StatusCreated, "bind")
+	g := newGate()
+	h.drv.hook("RevokeCredential", g.hold)
+	u := h.want(h.do("DELETE", del(inst+"/service_bindings/"+pred, planStd, true), nil), http.StatusAccepted, "unbind the predecessor")
+	g.waitEntered(t)
+	rot := bindBody(planStd, nil)
+	rot["predecessor_binding_id"] = pred
+	h.want(h.do("PUT", inst+"/service_bindings/"+newID(), rot), http.StatusBadRequest, "rotation of a predecessor being unbound")
+	h.drv.hook("RevokeCredential", nil)
+	g.release()
+	if s := h.waitOp(inst+"/service_bindings/"+pred, u.str("operation")); s != "succeeded" {
+		t.Fatalf("unbind ended %q", s)
+	}
+
+	pred = newID()
+	oc := h.want(h.do("PUT", inst+"/service_bindings/"+pred, bindBody(planStd, nil)), http.StatusCreated, "bind").creds()
+	rot["predecessor_binding_id"] = pred
+	g = newGate()
+	h.drv.hook("EnsureCredential", g.hold)
+	next := inst + "/service_bindings/" + newID()
+	r := h.want(h.do("PUT", async(next), rot), http.StatusAccepted, "rotation, held")
+	g.waitEntered(t)
+	h.want(h.do("DELETE", del(inst+"/service_bindings/"+pred, planStd, false), nil), http.StatusOK, "unbind the predecessor meanwhile")
+	h.drv.hook("EnsureCredential", nil)
+	g.release()
+	if s := h.waitOp(next, r.str("operation")); s != "succeeded" {
+		t.Fatalf("rotation ended %q", s)
+	}
+	nc := h.want(h.do("PUT", next, rot), http.StatusOK, "the rotation's credentials").creds()
+	if err := canPut(nc); err != nil {
+		t.Errorf("the successor's key: %v", err)
+	}
+	if err := canPut(oc); err == nil {
+		t.Error("the predecessor's key works after its unbind")
+	}
+	users := h.users()
+	if len(users) != 1 {
+		t.Errorf("users = %v, want only the successor's", users)
+	}
+	for u, ks := range users {
+		if len(ks) != 1 || ks[0] != nc["access_key_id"] {
+			t.Errorf("user %s keys = %v, want only %v", u, ks, nc["access_key_id"])
+		}
 	}
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"maps"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,9 +121,11 @@ func TestSpecErrorBodies(t *testing.T) {
 func TestKillInsideSyncBudget(t *testing.T) {
 	inst := "/v2/service_instances/k"
 	bind := inst + "/service_bindings/app"
+	rotation := maps.Clone(bindBody)
+	rotation["predecessor_binding_id"] = "app"
 	cases := []struct {
 		point, method, path string
-		body                any
+		body                map[string]any
 		bound               bool // a binding exists before the call
 		done                []int
 		buckets, keys       int
@@ -132,14 +135,20 @@ func TestKillInsideSyncBudget(t *testing.T) {
 		{"bind/record-written", "PUT", bind, bindBody, false, []int{http.StatusOK}, 1, 1},
 		{"bind/key-created", "PUT", bind, bindBody, false, []int{http.StatusOK}, 1, 1},
 		{"bind/key-recorded", "PUT", bind, bindBody, false, []int{http.StatusOK}, 1, 1},
+		{"bind/key-created", "PUT", inst + "/service_bindings/app2", rotation, true, []int{http.StatusOK}, 1, 2},
 		{"unbind/user-revoked", "DELETE", bind + deleteQuery, nil, true, []int{http.StatusGone}, 1, 0},
 		{"deprovision/bucket-deleted", "DELETE", inst + deleteQuery, nil, false, []int{http.StatusGone}, 0, 0},
 	}
 	for _, tc := range cases {
-		t.Run(tc.point, func(t *testing.T) {
+		name := tc.point
+		if tc.body != nil && tc.body["predecessor_binding_id"] != nil {
+			name += "/rotation"
+		}
+		t.Run(name, func(t *testing.T) {
 			b := budgeted(t)
 			b.Start()
-			if tc.method != "PUT" || tc.path == bind {
+			binding := strings.Contains(tc.path, "/service_bindings/")
+			if tc.method != "PUT" || binding {
 				untilDone(t, b, "PUT", inst, provisionBody, http.StatusCreated)
 			}
 			if tc.bound {
@@ -158,16 +167,13 @@ func TestKillInsideSyncBudget(t *testing.T) {
 			b.Start()
 			r := untilDone(t, b, tc.method, path, tc.body, append([]int{http.StatusAccepted, http.StatusCreated}, tc.done...)...)
 			if r.Code == http.StatusAccepted {
-				target := inst
-				if tc.path != inst && tc.path != inst+deleteQuery {
-					target = bind
-				}
+				target, _, _ := strings.Cut(tc.path, "?")
 				if p, err := b.LastOperation(60*time.Second, target, r.Operation()); err != nil || (p.Code == http.StatusOK && p.State() != "succeeded") {
 					t.Fatalf("resumed operation: %s (%v)", p, err)
 				}
 			}
 			final := untilDone(t, b, tc.method, path, tc.body, tc.done...)
-			if tc.path == bind {
+			if tc.method == "PUT" && binding {
 				if err := b.Backend.Works(final.Creds()); err != nil {
 					t.Errorf("credentials after the resumed bind: %v", err)
 				}
