@@ -160,19 +160,23 @@ func TestKillInsideSyncBudget(t *testing.T) {
 			if tc.method == "DELETE" {
 				path = tc.path + "&" + incomplete
 			}
-			if r := b.Do(tc.method, path, tc.body); r.Err == nil {
+			var body any // a DELETE has none (a nil map would be sent as null)
+			if tc.body != nil {
+				body = tc.body
+			}
+			if r := b.Do(tc.method, path, body); r.Err == nil {
 				t.Fatalf("the call answered %s; the process should have died at %s", r, tc.point)
 			}
 			b.WaitCrash()
 			b.Start()
-			r := untilDone(t, b, tc.method, path, tc.body, append([]int{http.StatusAccepted, http.StatusCreated}, tc.done...)...)
+			r := untilDone(t, b, tc.method, path, body, append([]int{http.StatusAccepted, http.StatusCreated}, tc.done...)...)
 			if r.Code == http.StatusAccepted {
 				target, _, _ := strings.Cut(tc.path, "?")
 				if p, err := b.LastOperation(60*time.Second, target, r.Operation()); err != nil || (p.Code == http.StatusOK && p.State() != "succeeded") {
 					t.Fatalf("resumed operation: %s (%v)", p, err)
 				}
 			}
-			final := untilDone(t, b, tc.method, path, tc.body, tc.done...)
+			final := untilDone(t, b, tc.method, path, body, tc.done...)
 			if tc.method == "PUT" && binding {
 				if err := b.Backend.Works(final.Creds()); err != nil {
 					t.Errorf("credentials after the resumed bind: %v", err)
