@@ -362,3 +362,27 @@ func TestBindingRotationRacesUnbind(t *testing.T) {
 		}
 	}
 }
+
+// TestSyncBudgetDuplicateWhileWaiting: a duplicate that arrives while the
+// first request still waits within its budget gets the spec's answer for
+// an operation in progress, 202 with the operation; the first request is
+// then answered as a synchronous one.
+func TestSyncBudgetDuplicateWhileWaiting(t *testing.T) {
+	h := newHarness(t, harnessOpts{syncBudget: 30 * time.Second})
+	g := newGate()
+	h.drv.hook("EnsureBucket", g.hold)
+	defer h.drv.hook("EnsureBucket", nil)
+	inst := instancePth + newID()
+	first := make(chan reply, 1)
+	go func() { first <- h.do("PUT", async(inst), provisionBody(planStd, nil)) }()
+	g.waitEntered(t)
+	dup := h.want(h.do("PUT", async(inst), provisionBody(planStd, nil)), http.StatusAccepted, "duplicate while the first waits")
+	if dup.str("operation") == "" {
+		t.Error("202 without an operation")
+	}
+	g.release()
+	h.want(<-first, http.StatusCreated, "the first request")
+	if s := h.waitOp(inst, dup.str("operation")); s != "succeeded" {
+		t.Errorf("the duplicate's operation = %q, want succeeded", s)
+	}
+}
