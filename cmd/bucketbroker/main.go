@@ -80,6 +80,8 @@ func checkLeaseFlags(cfg broker.Config) error {
 		return fmt.Errorf("--backend-call-timeout %s must be shorter than --lease-ttl %s: a call cut off when the lease is lost must end before another replica takes over", cfg.BackendCallTimeout, cfg.LeaseTTL)
 	case cfg.Workers < 1:
 		return fmt.Errorf("--workers %d: want at least 1", cfg.Workers)
+	case cfg.SyncBudget < 0 || cfg.SyncBudget >= cfg.SyncTimeout:
+		return fmt.Errorf("--sync-budget %s: want 0 (answer 202 at once) or a duration shorter than --sync-timeout %s", cfg.SyncBudget, cfg.SyncTimeout)
 	}
 	return nil
 }
@@ -162,6 +164,7 @@ certificate, so a rotation (cert-manager) needs no restart.`,
 	f.StringVar(&cfg.Prefix, "name-prefix", "bb", "prefix of backend bucket and user names (1-16 of a-z, 0-9, -)")
 	f.DurationVar(&cfg.AsyncTimeout, "async-timeout", 30*time.Minute, "an asynchronous operation that has not finished by then fails")
 	f.DurationVar(&cfg.SyncTimeout, "sync-timeout", 60*time.Second, "a synchronous operation that has not finished by then fails")
+	f.DurationVar(&cfg.SyncBudget, "sync-budget", 5*time.Second, "with accepts_incomplete=true, how long a request waits for an operation its plan does not require to be asynchronous: finished by then, it is answered synchronously (credentials included), else 202 (0: always 202)")
 	f.StringVar(&cfg.ReplicaID, "replica-id", "", "name of this process in operation leases; replicas sharing a store need distinct ids (default: generated once, kept in the data dir)")
 	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 60*time.Second, "how long operations of a replica that died wait before another replica takes them over")
 	f.DurationVar(&cfg.BackendCallTimeout, "backend-call-timeout", 0, "deadline of each backend call, shorter than --lease-ttl; a call that runs out is retried (default: half of --lease-ttl)")

@@ -45,6 +45,8 @@ func TestServeRejectsBadFlagsBeforeStarting(t *testing.T) {
 		"call timeout as long as the lease": {[]string{"serve", "--lease-ttl", "10s", "--backend-call-timeout", "10s"}, nil, "--backend-call-timeout"},
 		"negative call timeout":             {[]string{"serve", "--backend-call-timeout", "-1s"}, nil, "--backend-call-timeout"},
 		"no lease":                          {[]string{"serve", "--lease-ttl", "0s"}, nil, "--lease-ttl"},
+		"sync budget past the sync timeout": {[]string{"serve", "--sync-budget", "60s"}, nil, "--sync-budget"},
+		"negative sync budget":              {[]string{"serve", "--sync-budget", "-1s"}, nil, "--sync-budget"},
 		"no workers":                        {[]string{"serve", "--workers", "0"}, nil, "--workers"},
 		"TLS certificate without key":       {[]string{"serve", "--tls-cert-file", "tls.crt"}, nil, "--tls-key-file"},
 		"TLS key without certificate":       {[]string{"serve", "--tls-key-file", "tls.key"}, nil, "--tls-cert-file"},

@@ -86,6 +86,9 @@ type Config struct {
 	Prefix string
 	// AsyncTimeout and SyncTimeout bound operations (see engine.Options).
 	AsyncTimeout, SyncTimeout time.Duration
+	// SyncBudget is how long a request with accepts_incomplete=true waits
+	// to answer synchronously (see engine.Options; zero: 202 at once).
+	SyncBudget time.Duration
 	// ReplicaID names this process in operation leases; empty means an id
 	// generated once and kept in the data dir, so that a restarted process
 	// takes its unfinished work back at once.
@@ -217,7 +220,7 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 		buildinfo.Get().Collector())
 	b.engine, err = engine.New(engine.Options{
 		Store: b.store, Driver: drv, Catalog: cat, Box: box, Endpoint: endpoint, Prefix: cfg.Prefix,
-		AsyncTimeout: cfg.AsyncTimeout, SyncTimeout: cfg.SyncTimeout, Logger: b.log, Registerer: reg,
+		AsyncTimeout: cfg.AsyncTimeout, SyncTimeout: cfg.SyncTimeout, SyncBudget: cfg.SyncBudget, Logger: b.log, Registerer: reg,
 		ReplicaID: replica, LeaseTTL: cfg.LeaseTTL, CallTimeout: cfg.BackendCallTimeout, Workers: cfg.Workers,
 	})
 	if err != nil {

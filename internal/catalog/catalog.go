@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -84,22 +85,51 @@ type InputSchema struct {
 
 // Plan is one OSB plan.
 type Plan struct {
-	ID              string          `json:"id"`
-	Name            string          `json:"name"`
-	Description     string          `json:"description"`
-	Metadata        json.RawMessage `json:"metadata,omitempty"`
-	Free            *bool           `json:"free,omitempty"`
-	Bindable        *bool           `json:"bindable,omitempty"`
-	PlanUpdateable  *bool           `json:"plan_updateable,omitempty"`
-	MaintenanceInfo json.RawMessage `json:"maintenance_info,omitempty"`
-	Schemas         *Schemas        `json:"schemas,omitempty"`
-	Config          *PlanConfig     `json:"bucketbroker,omitempty"`
+	ID          string          `json:"id"`
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Metadata    json.RawMessage `json:"metadata,omitempty"`
+	Free        *bool           `json:"free,omitempty"`
+	Bindable    *bool           `json:"bindable,omitempty"`
+	// BindingRotatable lets a bind name a predecessor_binding_id (OSB
+	// v2.17 binding rotation).
+	BindingRotatable *bool            `json:"binding_rotatable,omitempty"`
+	PlanUpdateable   *bool            `json:"plan_updateable,omitempty"`
+	MaintenanceInfo  *MaintenanceInfo `json:"maintenance_info,omitempty"`
+	Schemas          *Schemas         `json:"schemas,omitempty"`
+	Config           *PlanConfig      `json:"bucketbroker,omitempty"`
 
 	service *Service
 	create  *jsonschema.Schema
 	update  *jsonschema.Schema
 	bind    *jsonschema.Schema
 }
+
+// MaintenanceInfo is a plan's OSB maintenance_info: the version of what an
+// instance of the plan gets (a semantic version), and what it is. An
+// instance provisioned or upgraded under one version keeps it until an
+// update asks for the plan's current one.
+type MaintenanceInfo struct {
+	Version     string `json:"version"`
+	Description string `json:"description,omitempty"`
+}
+
+// semver is Semantic Versioning 2.0.0's own regular expression.
+var semver = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)` +
+	`(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?` +
+	`(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$`)
+
+// Maintenance returns the plan's maintenance_info; a zero value (empty
+// version) when the plan has none.
+func (p *Plan) Maintenance() MaintenanceInfo {
+	if p.MaintenanceInfo == nil {
+		return MaintenanceInfo{}
+	}
+	return *p.MaintenanceInfo
+}
+
+// Rotatable reports whether the plan's bindings may be rotated.
+func (p *Plan) Rotatable() bool { return p.BindingRotatable != nil && *p.BindingRotatable }
 
 // Settings returns the plan's bucketbroker configuration.
 func (p *Plan) Settings() PlanConfig {
@@ -214,6 +244,9 @@ func (c *Catalog) index() error {
 				if !a.Valid() {
 					return fmt.Errorf("plan %q: unknown access mode %q (want read-write, read-only or write-only)", p.Name, a)
 				}
+			}
+			if mi := p.MaintenanceInfo; mi != nil && !semver.MatchString(mi.Version) {
+				return fmt.Errorf("plan %q: maintenance_info.version %q is not a semantic version (such as 1.2.0)", p.Name, mi.Version)
 			}
 			if err := p.compile(); err != nil {
 				return fmt.Errorf("plan %q: %w", p.Name, err)

@@ -140,16 +140,43 @@ func TestValidate(t *testing.T) {
 
 func TestParseRejects(t *testing.T) {
 	for name, doc := range map[string]string{
-		"empty":         `services: []`,
-		"unknown field": `{"services":[{"id":"s","name":"n","description":"d","bogus":1,"plans":[{"id":"p","name":"p","description":"d"}]}]}`,
-		"duplicate id":  `{"services":[{"id":"s","name":"n","description":"d","plans":[{"id":"s","name":"p","description":"d"}]}]}`,
-		"bad access":    `{"services":[{"id":"s","name":"n","description":"d","plans":[{"id":"p","name":"p","description":"d","bucketbroker":{"access":["root"]}}]}]}`,
-		"broken schema": `{"services":[{"id":"s","name":"n","description":"d","plans":[{"id":"p","name":"p","description":"d","schemas":{"service_instance":{"create":{"parameters":{"type":12}}}}}]}]}`,
-		"no plans":      `{"services":[{"id":"s","name":"n","description":"d","plans":[]}]}`,
-		"not yaml":      "services: [",
+		"empty":                               `services: []`,
+		"unknown field":                       `{"services":[{"id":"s","name":"n","description":"d","bogus":1,"plans":[{"id":"p","name":"p","description":"d"}]}]}`,
+		"duplicate id":                        `{"services":[{"id":"s","name":"n","description":"d","plans":[{"id":"s","name":"p","description":"d"}]}]}`,
+		"bad access":                          `{"services":[{"id":"s","name":"n","description":"d","plans":[{"id":"p","name":"p","description":"d","bucketbroker":{"access":["root"]}}]}]}`,
+		"broken schema":                       `{"services":[{"id":"s","name":"n","description":"d","plans":[{"id":"p","name":"p","description":"d","schemas":{"service_instance":{"create":{"parameters":{"type":12}}}}}]}]}`,
+		"no plans":                            `{"services":[{"id":"s","name":"n","description":"d","plans":[]}]}`,
+		"maintenance_info.version not semver": `{"services":[{"id":"s","name":"n","description":"d","plans":[{"id":"p","name":"p","description":"d","maintenance_info":{"version":"1.0"}}]}]}`,
+		"maintenance_info without version":    `{"services":[{"id":"s","name":"n","description":"d","plans":[{"id":"p","name":"p","description":"d","maintenance_info":{"description":"x"}}]}]}`,
+		"not yaml":                            "services: [",
 	} {
 		if _, err := Parse([]byte(doc)); err == nil {
 			t.Errorf("%s: Parse succeeded, want error", name)
+		}
+	}
+}
+
+// TestDefaultCatalogMaintenanceInfo: every built-in plan has a semantic
+// maintenance_info.version with a description, served in the catalog.
+func TestDefaultCatalogMaintenanceInfo(t *testing.T) {
+	js, err := Default().JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Services []struct {
+			Plans []struct {
+				Name            string          `json:"name"`
+				MaintenanceInfo MaintenanceInfo `json:"maintenance_info"`
+			} `json:"plans"`
+		} `json:"services"`
+	}
+	if err := json.Unmarshal(js, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range doc.Services[0].Plans {
+		if mi := p.MaintenanceInfo; !semver.MatchString(mi.Version) || mi.Description == "" {
+			t.Errorf("plan %s: maintenance_info = %+v", p.Name, mi)
 		}
 	}
 }
@@ -234,6 +261,35 @@ services:
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("warnings:\n%s\nwant a line containing %q", got, want)
+		}
+	}
+}
+
+// TestDefaultCatalogDescriptions: each plan's description says what the
+// plan does: every access mode its bindings may have, that it keeps object
+// versions, and which operations it answers asynchronously only (update
+// among them: a change made synchronously is refused too).
+func TestDefaultCatalogDescriptions(t *testing.T) {
+	for _, s := range Default().Services {
+		for _, p := range s.Plans {
+			cfg := p.Settings()
+			for _, a := range cfg.access() {
+				if !strings.Contains(p.Description, string(a)) {
+					t.Errorf("plan %s allows %s bindings; its description does not say so: %q", p.Name, a, p.Description)
+				}
+			}
+			if cfg.Versioning != strings.Contains(p.Description, "every version") {
+				t.Errorf("plan %s: versioning %v, description %q", p.Name, cfg.Versioning, p.Description)
+			}
+			async := strings.Contains(p.Description, "asynchronous only")
+			if cfg.AsyncRequired != async {
+				t.Errorf("plan %s: asyncRequired %v, description %q", p.Name, cfg.AsyncRequired, p.Description)
+			}
+			for _, op := range []string{"provisioning", "updates", "deprovisioning"} {
+				if async && !strings.Contains(p.Description, op) {
+					t.Errorf("plan %s requires asynchrony for %s; its description does not say so: %q", p.Name, op, p.Description)
+				}
+			}
 		}
 	}
 }

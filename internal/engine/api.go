@@ -25,6 +25,9 @@ var (
 	// ErrAsyncRequired: the plan only works asynchronously and the platform
 	// did not send accepts_incomplete=true (OSB 422 AsyncRequired).
 	ErrAsyncRequired = errors.New("this plan requires accepts_incomplete=true")
+	// ErrMaintenanceInfoConflict: the request's maintenance_info.version is
+	// not the plan's in the catalog (OSB 422 MaintenanceInfoConflict).
+	ErrMaintenanceInfoConflict = errors.New("maintenance_info.version is not the plan's")
 	// ErrUnprocessable: a well-formed request the plan cannot carry out, such
 	// as an update the plan does not allow (OSB 422).
 	ErrUnprocessable = errors.New("request cannot be carried out")
@@ -68,6 +71,9 @@ type ProvisionRequest struct {
 	// Identity is the X-Broker-API-Originating-Identity header, recorded
 	// with the operation.
 	Identity string
+	// MaintenanceVersion is the request's maintenance_info.version (empty:
+	// none sent).
+	MaintenanceVersion string
 }
 
 // UpdateRequest asks for a plan or parameter change of an instance.
@@ -79,6 +85,9 @@ type UpdateRequest struct {
 	Context           json.RawMessage
 	AcceptsIncomplete bool
 	Identity          string
+	// MaintenanceVersion is the request's maintenance_info.version (empty:
+	// none sent). The plan's current version upgrades the instance to it.
+	MaintenanceVersion string
 }
 
 // DeprovisionRequest asks to delete an instance.
@@ -102,6 +111,10 @@ type BindRequest struct {
 	Context           json.RawMessage
 	AcceptsIncomplete bool
 	Identity          string
+	// PredecessorBindingID rotates that binding of the instance: the new
+	// binding gets a credential of its own with the predecessor's access,
+	// and both work until each is unbound (empty: a plain bind).
+	PredecessorBindingID string
 }
 
 // UnbindRequest asks to delete a binding.
@@ -140,6 +153,11 @@ type InstanceView struct {
 	PlanID     string
 	Parameters json.RawMessage
 	Bucket     string
+	// MaintenanceVersion is the maintenance_info.version the instance was
+	// provisioned or last upgraded at (empty: before maintenance_info, or
+	// a plan without it); MaintenanceDescription is the plan's description
+	// of it, when it is still the plan's current version.
+	MaintenanceVersion, MaintenanceDescription string
 }
 
 // BindingView is the answer to GET binding.

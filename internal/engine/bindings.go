@@ -40,16 +40,43 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 	if !plan.Settings().AllowsAccess(access) {
 		return BindResult{}, invalidf("plan %q does not allow %s bindings", plan.Name, access)
 	}
+	pred := req.PredecessorBindingID
+	if pred != "" && !plan.Rotatable() {
+		return BindResult{}, invalidf("plan %q does not allow binding rotation", plan.Name)
+	}
+	if pred == req.BindingID && pred != "" {
+		return BindResult{}, invalidf("binding %s cannot rotate itself", pred)
+	}
+	// rotation returns the access of a new binding: a rotation's is its
+	// predecessor's, looked up only when the binding is recorded anew (a
+	// replay is answered from its record, whatever became of the
+	// predecessor since).
+	rotation := func() (driver.Access, error) {
+		if pred == "" {
+			return access, nil
+		}
+		p, err := e.store.Get(ctx, KindBinding, pred)
+		if errors.Is(err, ErrNotFound) || (err == nil && (p.InstanceID != req.InstanceID || p.Phase != PhaseReady)) {
+			return "", invalidf("predecessor binding %s of instance %s does not exist, or is being made or deleted", pred, req.InstanceID)
+		} else if err != nil {
+			return "", e.storeErr(ctx, err)
+		}
+		if bp.Access != "" && driver.Access(bp.Access) != driver.Access(p.Access) {
+			return "", invalidf("a rotation keeps its predecessor's access (%s); the parameters ask for %s", p.Access, bp.Access)
+		}
+		return driver.Access(p.Access), nil
+	}
 	bindResource, err := canonicalObject(req.BindResource)
 	if err != nil {
 		return BindResult{}, invalidf("bind_resource: %v", err)
 	}
 	r := Request{ServiceID: req.ServiceID, PlanID: req.PlanID, Parameters: params,
-		AppGUID: req.AppGUID, BindResource: bindResource, Context: req.Context}
+		AppGUID: req.AppGUID, BindResource: bindResource, Context: req.Context, Predecessor: pred}
 	if err := checkFreeForm(r); err != nil {
 		return BindResult{}, err
 	}
 	fp := fingerprint(req.InstanceID, r)
+	how := e.answering(req.AcceptsIncomplete, nil)
 
 	for range maxCASRetries {
 		rec, err := e.store.Get(ctx, KindBinding, req.BindingID)
@@ -59,8 +86,12 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 			if err != nil {
 				return BindResult{}, err
 			}
+			access, err := rotation()
+			if err != nil {
+				return BindResult{}, err
+			}
 			rec = e.newBinding(req, inst, r, fp, access)
-			rec.UserAttempted = e.userFree(ctx, rec, req.AcceptsIncomplete)
+			rec.UserAttempted = e.userFree(ctx, rec, how)
 			err = e.store.Insert(ctx, rec)
 			if errors.Is(err, ErrExists) {
 				continue // a concurrent duplicate won; answer from its record
@@ -71,8 +102,13 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 		case err != nil:
 			return BindResult{}, e.storeErr(ctx, err)
 		}
-		if rec.Phase == PhaseDeleted || (rec.Phase == PhaseFailed && rec.Fingerprint == fp && rec.Op.Type == OpBind) {
+		same := rec.Fingerprint == fp && rec.Request.Predecessor == pred
+		if rec.Phase == PhaseDeleted || (rec.Phase == PhaseFailed && same && rec.Op.Type == OpBind) {
 			inst, err := e.bindableInstance(ctx, req)
+			if err != nil {
+				return BindResult{}, err
+			}
+			access, err := rotation()
 			if err != nil {
 				return BindResult{}, err
 			}
@@ -84,7 +120,7 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 					// binding. (The flag survives only in a record
 					// whose unbind, by an older version, left our
 					// unmarked user in place: the bind adopts it.)
-					rec.UserAttempted = e.userFree(ctx, rec, req.AcceptsIncomplete)
+					rec.UserAttempted = e.userFree(ctx, rec, how)
 				}
 			}
 			rec.InstanceID, rec.Bucket, rec.Request, rec.Fingerprint = inst.ID, inst.Bucket, r, fp
@@ -97,7 +133,7 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 			}
 			return e.bindStarted(ctx, rec, req.AcceptsIncomplete)
 		}
-		if rec.Fingerprint != fp {
+		if !same {
 			return BindResult{}, fmt.Errorf("%w: binding %s exists with different attributes", ErrConflict, req.BindingID)
 		}
 		switch rec.Phase {
@@ -119,11 +155,11 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 // bind adopt an unmarked user under that name later. As bucketFree: when
 // the backend cannot tell now, or the request is asynchronous, the bind's
 // worker looks first.
-func (e *Engine) userFree(ctx context.Context, rec *Record, async bool) bool {
-	if async {
+func (e *Engine) userFree(ctx context.Context, rec *Record, how answering) bool {
+	if how == answerAsync {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, e.lookTimeout(how))
 	defer cancel()
 	obs, err := e.driver.Observe(ctx, driver.ObserveRequest{UserName: rec.UserName})
 	return err == nil && (!obs.UserExists || obs.UserOwner == rec.Owner)
@@ -189,7 +225,7 @@ func (e *Engine) bindStarted(ctx context.Context, rec *Record, async bool) (Bind
 	}
 	crashpoint.Hit("bind/record-written")
 	e.log.Info("Binding", "id", rec.ID, "instance", rec.InstanceID, "user", rec.UserName, "access", rec.Access, "operation", rec.Op.ID)
-	res, end, err := e.startedRecord(ctx, rec, OutcomeCreated, async)
+	res, end, err := e.startedRecord(ctx, rec, OutcomeCreated, e.answering(async, nil))
 	if end != nil {
 		rec = end
 	}
@@ -267,7 +303,7 @@ func (e *Engine) Unbind(ctx context.Context, req UnbindRequest) (Result, error) 
 		crashpoint.Hit("unbind/record-written")
 		e.log.Info("Unbinding", "id", rec.ID, "instance", rec.InstanceID, "operation", rec.Op.ID)
 		e.interrupt(KindBinding, rec.ID)
-		return e.started(ctx, rec, OutcomeOK, req.AcceptsIncomplete)
+		return e.started(ctx, rec, OutcomeOK, e.answering(req.AcceptsIncomplete, nil))
 	}
 	return Result{}, fmt.Errorf("%w: binding %s keeps changing", ErrConcurrency, req.BindingID)
 }

@@ -38,6 +38,11 @@
 //     overlap anyway (a paused process), a bind's key is made beside any
 //     other, recorded, and only then are the others deleted; a holder whose
 //     record write fails deletes only the key it made.
+//   - Synchronous when fast: a request with accepts_incomplete=true on a
+//     plan that does not require asynchrony records an asynchronous
+//     operation and waits for it up to Options.SyncBudget; finished by then,
+//     it is answered as a synchronous request (credentials included), else
+//     202. A crash inside the budget leaves an asynchronous operation.
 //   - Answers come from the record: the status of a duplicate is derived from
 //     the stored phase, operation and fingerprint, and a repeated bind
 //     returns the stored (sealed) credentials, never a second key.

@@ -40,6 +40,12 @@ type Options struct {
 	// SyncTimeout bounds a synchronous operation and how long a synchronous
 	// request waits for it (default 60 seconds).
 	SyncTimeout time.Duration
+	// SyncBudget is how long a request with accepts_incomplete=true waits
+	// for an operation its plan does not require to be asynchronous: one
+	// finished by then is answered as a synchronous one (201/200, a
+	// binding's credentials included), one still running 202, and it
+	// carries on as an asynchronous operation (zero: 202 at once).
+	SyncBudget time.Duration
 	// ReplicaID names this engine in operation leases. Engines sharing a
 	// store need distinct ids; an engine restarted with its old id takes its
 	// unfinished work back at once instead of waiting for leases to expire
@@ -77,13 +83,15 @@ type Engine struct {
 	prefix   string
 	asyncTTL time.Duration
 	syncTTL  time.Duration
-	replica  string
-	leaseTTL time.Duration
-	sweepInt time.Duration
-	callTO   time.Duration
-	log      *slog.Logger
-	metrics  *metrics
-	slots    *slots
+	// syncBudget: see Options.SyncBudget.
+	syncBudget time.Duration
+	replica    string
+	leaseTTL   time.Duration
+	sweepInt   time.Duration
+	callTO     time.Duration
+	log        *slog.Logger
+	metrics    *metrics
+	slots      *slots
 
 	// base ends when the engine stops: workers stop at their next step
 	// boundary. calls ends only when Shutdown's deadline passes: a backend
@@ -131,6 +139,12 @@ func New(opts Options) (*Engine, error) {
 	if opts.SyncTimeout <= 0 {
 		opts.SyncTimeout = 60 * time.Second
 	}
+	if opts.SyncBudget < 0 {
+		return nil, fmt.Errorf("engine: negative sync budget (%s)", opts.SyncBudget)
+	}
+	if opts.SyncBudget >= opts.SyncTimeout {
+		return nil, fmt.Errorf("engine: the sync budget (%s) must be shorter than the sync timeout (%s)", opts.SyncBudget, opts.SyncTimeout)
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -166,7 +180,7 @@ func New(opts Options) (*Engine, error) {
 	return &Engine{
 		store: opts.Store, driver: opts.Driver, catalog: opts.Catalog, box: opts.Box,
 		endpoint: opts.Endpoint, prefix: opts.Prefix, asyncTTL: opts.AsyncTimeout,
-		syncTTL: opts.SyncTimeout, log: opts.Logger, metrics: m,
+		syncTTL: opts.SyncTimeout, syncBudget: opts.SyncBudget, log: opts.Logger, metrics: m,
 		replica: opts.ReplicaID, leaseTTL: opts.LeaseTTL, sweepInt: opts.SweepInterval, callTO: opts.CallTimeout, slots: sl,
 		base: base, stop: stop, calls: calls, cancelCalls: cancelCalls, workers: map[string]*worker{}, changed: map[string]chan struct{}{},
 	}, nil
@@ -604,6 +618,7 @@ type metrics struct {
 	queueDepth    prometheus.Gauge
 	queueWait     prometheus.Histogram
 	queueOldest   prometheus.GaugeFunc
+	budget        *prometheus.CounterVec
 }
 
 // newMetrics makes the engine's metrics; oldest reports the age of the
@@ -649,12 +664,16 @@ func newMetrics(reg prometheus.Registerer, oldest func() float64) (*metrics, err
 			Help: "Age of the operation that has waited longest in the queue for a worker (0: none waits).",
 		}, oldest),
 	}
+	m.budget = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bucketbroker_sync_budget_answers_total",
+		Help: "Requests with accepts_incomplete=true that waited the sync budget, by operation type and answer: finished (answered as synchronous) or accepted (202, still running).",
+	}, []string{"type", "answer"})
 	for _, t := range []OpType{OpProvision, OpUpdate, OpDeprovision, OpBind, OpUnbind} {
 		m.inFlight.WithLabelValues(string(t)) // show zero before the first operation
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.inFlight, m.duration, m.takeovers, m.leaseLost, m.leaseRenewals,
-			m.retries, m.queueDepth, m.queueWait, m.queueOldest} {
+			m.retries, m.queueDepth, m.queueWait, m.queueOldest, m.budget} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register metrics: %w", err)
 			}

@@ -258,6 +258,8 @@ type harnessOpts struct {
 	callTimeout time.Duration
 	// noStart leaves the engine unstarted: the test calls Start.
 	noStart bool
+	// syncBudget is the engine's SyncBudget.
+	syncBudget time.Duration
 }
 
 func newHarness(t testing.TB, opts ...harnessOpts) *harness {
@@ -309,6 +311,7 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 		Store: store, Driver: drv, Catalog: catalog.Default(), Box: box, Prefix: prefix, Logger: log,
 		Endpoint:     engine.Endpoint{URL: gw.S3Endpoint(), Region: gw.Region(), PathStyle: true},
 		SyncTimeout:  o.syncTimeout,
+		SyncBudget:   o.syncBudget,
 		AsyncTimeout: o.asyncTimeout,
 		ReplicaID:    o.replica,
 		LeaseTTL:     o.leaseTTL,

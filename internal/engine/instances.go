@@ -34,8 +34,13 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 	if plan.Settings().AsyncRequired && !req.AcceptsIncomplete {
 		return Result{}, fmt.Errorf("%w: plan %q provisions asynchronously only", ErrAsyncRequired, plan.Name)
 	}
+	if err := checkMaintenance(plan, req.MaintenanceVersion); err != nil {
+		return Result{}, err
+	}
+	how := e.answering(req.AcceptsIncomplete, plan)
 	r := Request{ServiceID: req.ServiceID, PlanID: req.PlanID, Parameters: params,
-		OrganizationGUID: req.OrganizationGUID, SpaceGUID: req.SpaceGUID, Context: req.Context}
+		OrganizationGUID: req.OrganizationGUID, SpaceGUID: req.SpaceGUID, Context: req.Context,
+		Maintenance: plan.Maintenance().Version}
 	fp := fingerprint("", r)
 	// The schema check runs before anything is written or answered, except
 	// for an exact replay of a live instance: its parameters passed when
@@ -71,7 +76,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 		}
 		if errors.Is(err, ErrNotFound) {
 			fresh := e.newInstance(req.InstanceID, r, fp, e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
-			fresh.BucketAttempted = e.bucketFree(ctx, fresh, req.AcceptsIncomplete)
+			fresh.BucketAttempted = e.bucketFree(ctx, fresh, how)
 			err = e.store.Insert(ctx, fresh)
 			if errors.Is(err, ErrExists) {
 				continue // a concurrent duplicate won; answer from its record
@@ -80,7 +85,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 			}
 			crashpoint.Hit("provision/record-written")
 			e.log.Info("Provisioning instance", "id", req.InstanceID, "plan", plan.Name, "bucket", fresh.Bucket, "operation", fresh.Op.ID)
-			return e.started(ctx, fresh, OutcomeCreated, req.AcceptsIncomplete)
+			return e.started(ctx, fresh, OutcomeCreated, how)
 		} else if err != nil {
 			return Result{}, e.storeErr(ctx, err)
 		}
@@ -88,7 +93,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 			// Provision again: a deleted id may be reused, a failed
 			// provision is retried from the steps it has done.
 			if rec.Phase == PhaseDeleted {
-				rec.BucketAttempted = e.bucketFree(ctx, rec, req.AcceptsIncomplete)
+				rec.BucketAttempted = e.bucketFree(ctx, rec, how)
 			}
 			rec.Request, rec.Fingerprint, rec.Phase = r, fp, PhaseProvisioning
 			rec.startOp(e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
@@ -98,7 +103,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 				return Result{}, e.storeErr(ctx, err)
 			}
 			crashpoint.Hit("provision/record-written")
-			return e.started(ctx, rec, OutcomeCreated, req.AcceptsIncomplete)
+			return e.started(ctx, rec, OutcomeCreated, how)
 		}
 		if rec.Fingerprint != fp {
 			return Result{}, fmt.Errorf("%w: instance %s exists with different attributes", ErrConflict, req.InstanceID)
@@ -115,21 +120,47 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 	return Result{}, fmt.Errorf("%w: instance %s keeps changing", ErrConcurrency, req.InstanceID)
 }
 
+// checkMaintenance refuses a maintenance_info.version that is not the
+// plan's (the platform's catalog is stale, or it asks for a version the
+// broker does not offer). None sent is always fine.
+func checkMaintenance(plan *catalog.Plan, version string) error {
+	if version == "" {
+		return nil
+	}
+	if want := plan.Maintenance().Version; version != want {
+		if want == "" {
+			return fmt.Errorf("%w: plan %q has no maintenance_info, the request names version %q", ErrMaintenanceInfoConflict, plan.Name, version)
+		}
+		return fmt.Errorf("%w: plan %q is at maintenance_info.version %q, the request names %q", ErrMaintenanceInfoConflict, plan.Name, want, version)
+	}
+	return nil
+}
+
 // bucketFree looks, before the intent is recorded, whether the instance's
 // bucket name is free (or already carries this instance's mark). Only then
 // may the provision adopt an unmarked bucket under that name later: it can
 // only be one its own attempt created and crashed before marking. When the
 // backend cannot tell now, the provision's worker looks again first; an
 // asynchronous request leaves the look to the worker at once, so that its
-// 202 never waits for the backend.
-func (e *Engine) bucketFree(ctx context.Context, rec *Record, async bool) bool {
-	if async {
+// 202 never waits for the backend, and one answered within the sync budget
+// looks no longer than the budget.
+func (e *Engine) bucketFree(ctx context.Context, rec *Record, how answering) bool {
+	if how == answerAsync {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, e.lookTimeout(how))
 	defer cancel()
 	obs, err := e.driver.Observe(ctx, driver.ObserveRequest{Bucket: rec.Bucket})
 	return err == nil && (!obs.BucketExists || obs.BucketOwner == rec.Owner)
+}
+
+// lookTimeout bounds a look at the backend made before the intent is
+// recorded.
+func (e *Engine) lookTimeout(how answering) time.Duration {
+	if how == answerBudget {
+		return min(5*time.Second, e.syncBudget)
+	}
+	return 5 * time.Second
 }
 
 func (e *Engine) newInstance(id string, r Request, fp string, op Operation) *Record {
@@ -143,23 +174,75 @@ func (e *Engine) newInstance(id string, r Request, fp string, op Operation) *Rec
 	}
 }
 
+// answering is how a request that started an operation is answered.
+type answering int
+
+const (
+	// answerSync waits for the operation's end (accepts_incomplete absent).
+	answerSync answering = iota
+	// answerAsync answers 202 at once.
+	answerAsync
+	// answerBudget waits up to the sync budget: an operation finished by
+	// then is answered as a synchronous one, else 202. The operation is
+	// recorded as an asynchronous one either way, so that one a crash cuts
+	// short resumes exactly as an asynchronous operation does.
+	answerBudget
+)
+
+// answering returns how a request is answered: synchronously without
+// accepts_incomplete, else within the sync budget, unless the plan (nil
+// for bindings, which never require asynchrony) requires asynchronous
+// operations or there is no budget.
+func (e *Engine) answering(async bool, plan *catalog.Plan) answering {
+	switch {
+	case !async:
+		return answerSync
+	case e.syncBudget > 0 && (plan == nil || !plan.Settings().AsyncRequired):
+		return answerBudget
+	default:
+		return answerAsync
+	}
+}
+
 // started kicks the worker for an operation this request began, and
-// answers: 202 at once when async, else the outcome once it has finished.
-func (e *Engine) started(ctx context.Context, rec *Record, done Outcome, async bool) (Result, error) {
-	res, _, err := e.startedRecord(ctx, rec, done, async)
+// answers as how says.
+func (e *Engine) started(ctx context.Context, rec *Record, done Outcome, how answering) (Result, error) {
+	res, _, err := e.startedRecord(ctx, rec, done, how)
 	return res, err
 }
 
 // startedRecord is started that also returns the record as the operation
-// left it (nil when async).
-func (e *Engine) startedRecord(ctx context.Context, rec *Record, done Outcome, async bool) (Result, *Record, error) {
-	if async {
+// left it (nil when answered 202).
+func (e *Engine) startedRecord(ctx context.Context, rec *Record, done Outcome, how answering) (Result, *Record, error) {
+	if how == answerAsync {
 		e.kickWith(rec)
 		return Result{Outcome: OutcomeAccepted, Operation: rec.Op.ID}, nil, nil
 	}
 	changed := e.changedCh(rec.Kind, rec.ID) // before the worker can finish
 	e.kickWith(rec)
+	if how == answerBudget {
+		return e.awaitBudget(ctx, rec, done, changed)
+	}
 	return e.awaitOutcome(ctx, rec, done, changed)
+}
+
+// awaitBudget waits up to the sync budget for rec's operation. Finished by
+// then, it is answered as awaitOutcome answers; still running, superseded,
+// or not known to have ended (the store did not answer), 202 with the
+// operation, which carries on as any asynchronous one.
+func (e *Engine) awaitBudget(ctx context.Context, rec *Record, done Outcome, changed <-chan struct{}) (Result, *Record, error) {
+	// The budget counts from the operation's start: a look at the backend
+	// before the record was written spent part of it.
+	bctx, cancel := context.WithDeadline(ctx, rec.Op.StartedAt.Add(e.syncBudget))
+	defer cancel()
+	opID := rec.Op.ID
+	end, err := e.wait(bctx, rec.Kind, rec.ID, opID, changed)
+	if err != nil || end.Op.ID != opID || !end.Op.Finished() {
+		e.metrics.budget.WithLabelValues(string(rec.Op.Type), "accepted").Inc()
+		return Result{Outcome: OutcomeAccepted, Operation: opID}, nil, nil
+	}
+	e.metrics.budget.WithLabelValues(string(rec.Op.Type), "finished").Inc()
+	return e.outcome(end, opID, done)
 }
 
 // inFlight answers a duplicate of an operation in progress: the same
@@ -184,8 +267,14 @@ func (e *Engine) awaitOutcome(ctx context.Context, rec *Record, done Outcome, ch
 	if err != nil {
 		return Result{}, nil, err
 	}
+	return e.outcome(end, opID, done)
+}
+
+// outcome answers operation opID from end, the record once it ended or was
+// superseded.
+func (e *Engine) outcome(end *Record, opID string, done Outcome) (Result, *Record, error) {
 	if end.Op.ID != opID {
-		return Result{}, nil, fmt.Errorf("%w: %s %s was superseded by %s", ErrConcurrency, rec.Kind, rec.ID, end.Op.Type)
+		return Result{}, nil, fmt.Errorf("%w: %s %s was superseded by %s", ErrConcurrency, end.Kind, end.ID, end.Op.Type)
 	}
 	if end.Op.State == OpFailed && end.Op.Refused {
 		return Result{}, nil, fmt.Errorf("%w: %s", ErrUnprocessable, end.Op.Description)
@@ -216,7 +305,7 @@ func (e *Engine) Update(ctx context.Context, req UpdateRequest) (Result, error) 
 		switch rec.Phase {
 		case PhaseReady:
 		case PhaseUpdating:
-			if t := rec.Op.Target; t != nil && t.PlanID == target.PlanID && bytes.Equal(t.Parameters, target.Parameters) {
+			if t := rec.Op.Target; t != nil && t.PlanID == target.PlanID && bytes.Equal(t.Parameters, target.Parameters) && t.Maintenance == target.Maintenance {
 				return e.inFlight(ctx, rec, req.AcceptsIncomplete)
 			}
 			return Result{}, fmt.Errorf("%w: instance %s is being updated", ErrConcurrency, req.InstanceID)
@@ -227,7 +316,7 @@ func (e *Engine) Update(ctx context.Context, req UpdateRequest) (Result, error) 
 		default:
 			return Result{}, fmt.Errorf("%w: instance %s failed; deprovision it", ErrUnprocessable, req.InstanceID)
 		}
-		if target.PlanID == rec.Request.PlanID && bytes.Equal(target.Parameters, rec.Request.Parameters) {
+		if target.PlanID == rec.Request.PlanID && bytes.Equal(target.Parameters, rec.Request.Parameters) && target.Maintenance == rec.Request.Maintenance {
 			return Result{Outcome: OutcomeOK}, nil // nothing to change
 		}
 		if plan.Settings().AsyncRequired && !req.AcceptsIncomplete {
@@ -255,7 +344,7 @@ func (e *Engine) Update(ctx context.Context, req UpdateRequest) (Result, error) 
 			}
 		}
 		e.log.Info("Updating instance", "id", rec.ID, "plan", plan.Name, "operation", rec.Op.ID)
-		return e.started(ctx, rec, OutcomeOK, req.AcceptsIncomplete)
+		return e.started(ctx, rec, OutcomeOK, e.answering(req.AcceptsIncomplete, plan))
 	}
 	return Result{}, fmt.Errorf("%w: instance %s keeps changing", ErrConcurrency, req.InstanceID)
 }
@@ -272,6 +361,9 @@ func (e *Engine) updateTarget(ctx context.Context, rec *Record, req UpdateReques
 	}
 	plan, err := e.plan(req.ServiceID, planID)
 	if err != nil {
+		return Request{}, nil, err
+	}
+	if err := checkMaintenance(plan, req.MaintenanceVersion); err != nil {
 		return Request{}, nil, err
 	}
 	if planID != rec.Request.PlanID {
@@ -298,6 +390,12 @@ func (e *Engine) updateTarget(ctx context.Context, rec *Record, req UpdateReques
 	}
 	t := rec.Request
 	t.PlanID, t.Parameters = planID, merged
+	if planID != rec.Request.PlanID || req.MaintenanceVersion != "" {
+		// A plan change applies the new plan's settings, and so does an
+		// upgrade to the plan's current maintenance_info.version: the
+		// instance is at that version once the update succeeded.
+		t.Maintenance = plan.Maintenance().Version
+	}
 	if len(req.Context) > 0 {
 		t.Context = req.Context
 	}
@@ -342,8 +440,11 @@ func (e *Engine) Deprovision(ctx context.Context, req DeprovisionRequest) (Resul
 		} else if err != nil {
 			return Result{}, e.storeErr(ctx, err)
 		}
-		if plan, err := e.catalog.Lookup(rec.Request.ServiceID, rec.Request.PlanID); err == nil &&
-			plan.Settings().AsyncRequired && !req.AcceptsIncomplete && rec.Phase != PhaseDeleted {
+		plan, err := e.catalog.Lookup(rec.Request.ServiceID, rec.Request.PlanID)
+		if err != nil {
+			plan = nil // a plan no longer in the catalog requires nothing
+		}
+		if plan != nil && plan.Settings().AsyncRequired && !req.AcceptsIncomplete && rec.Phase != PhaseDeleted {
 			return Result{}, fmt.Errorf("%w: plan %q deprovisions asynchronously only", ErrAsyncRequired, plan.Name)
 		}
 		switch rec.Phase {
@@ -365,7 +466,7 @@ func (e *Engine) Deprovision(ctx context.Context, req DeprovisionRequest) (Resul
 		crashpoint.Hit("deprovision/record-written")
 		e.log.Info("Deprovisioning instance", "id", rec.ID, "halting_provision", halting, "operation", rec.Op.ID)
 		e.interrupt(KindInstance, rec.ID)
-		return e.started(ctx, rec, OutcomeOK, req.AcceptsIncomplete)
+		return e.started(ctx, rec, OutcomeOK, e.answering(req.AcceptsIncomplete, plan))
 	}
 	return Result{}, fmt.Errorf("%w: instance %s keeps changing", ErrConcurrency, req.InstanceID)
 }
@@ -385,8 +486,12 @@ func (e *Engine) GetInstance(ctx context.Context, id string) (*InstanceView, err
 	default:
 		return nil, fmt.Errorf("%w: instance %s is %s", ErrMissing, id, rec.Phase)
 	}
-	return &InstanceView{ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID,
-		Parameters: rec.Request.Parameters, Bucket: rec.Bucket}, nil
+	v := &InstanceView{ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID,
+		Parameters: rec.Request.Parameters, Bucket: rec.Bucket, MaintenanceVersion: rec.Request.Maintenance}
+	if plan, err := e.catalog.Lookup(rec.Request.ServiceID, rec.Request.PlanID); err == nil && plan.Maintenance().Version == v.MaintenanceVersion {
+		v.MaintenanceDescription = plan.Maintenance().Description
+	}
+	return v, nil
 }
 
 // InstanceLastOperation answers a poll for an instance operation.
@@ -406,7 +511,8 @@ func (e *Engine) lastOperation(ctx context.Context, kind Kind, id, instanceID, o
 		if rec.Phase == PhaseDeleted {
 			return LastOperation{Gone: true}, nil
 		}
-		return LastOperation{}, fmt.Errorf("%w: operation %q of %s %s", ErrMissing, opID, kind, id)
+		// The resource exists: 404 would tell the platform it does not.
+		return LastOperation{}, invalidf("%s %s has no operation %q", kind, id, opID)
 	}
 	if !op.Finished() && time.Now().After(op.Deadline.Add(time.Minute)) {
 		// Its worker should have failed it at the deadline; make sure a

@@ -94,6 +94,12 @@ type Request struct {
 	SpaceGUID        string          `json:"spaceGuid,omitempty"`
 	// Context is the OSB context object, kept for GET; not fingerprinted.
 	Context json.RawMessage `json:"context,omitempty"`
+	// Maintenance is the plan's maintenance_info.version an instance was
+	// provisioned or upgraded at; not fingerprinted.
+	Maintenance string `json:"maintenance,omitempty"`
+	// Predecessor is the binding a binding rotates (empty: none); not
+	// fingerprinted, compared beside the fingerprint.
+	Predecessor string `json:"predecessor,omitempty"`
 	// AppGUID and BindResource are for bindings.
 	AppGUID      string          `json:"appGuid,omitempty"`
 	BindResource json.RawMessage `json:"bindResource,omitempty"`

@@ -9,15 +9,16 @@ import (
 	"github.com/bucketbroker/bucketbroker/internal/engine"
 )
 
-// bindBody is the PUT binding request. predecessor_binding_id (v2.17
-// rotation) is not decoded: the catalog does not offer rotation.
+// bindBody is the PUT binding request. predecessor_binding_id (v2.17)
+// rotates that binding.
 type bindBody struct {
-	ServiceID    string          `json:"service_id"`
-	PlanID       string          `json:"plan_id"`
-	AppGUID      string          `json:"app_guid"`
-	BindResource json.RawMessage `json:"bind_resource"`
-	Parameters   json.RawMessage `json:"parameters"`
-	Context      json.RawMessage `json:"context"`
+	ServiceID            string          `json:"service_id"`
+	PlanID               string          `json:"plan_id"`
+	AppGUID              string          `json:"app_guid"`
+	BindResource         json.RawMessage `json:"bind_resource"`
+	Parameters           json.RawMessage `json:"parameters"`
+	Context              json.RawMessage `json:"context"`
+	PredecessorBindingID string          `json:"predecessor_binding_id"`
 }
 
 type bindingBody struct {
@@ -41,7 +42,8 @@ func decodeBind(r *http.Request) (engine.BindRequest, error) {
 	if err := require(field{"service_id", b.ServiceID}, field{"plan_id", b.PlanID}); err != nil {
 		return engine.BindRequest{}, err
 	}
-	if err := bounded(field{"service_id", b.ServiceID}, field{"plan_id", b.PlanID}, field{"app_guid", b.AppGUID}); err != nil {
+	if err := bounded(field{"service_id", b.ServiceID}, field{"plan_id", b.PlanID}, field{"app_guid", b.AppGUID},
+		field{"predecessor_binding_id", b.PredecessorBindingID}); err != nil {
 		return engine.BindRequest{}, err
 	}
 	ident, err := identity(r)
@@ -71,6 +73,8 @@ func decodeBind(r *http.Request) (engine.BindRequest, error) {
 		Context:           osbContext,
 		AcceptsIncomplete: async,
 		Identity:          ident,
+
+		PredecessorBindingID: b.PredecessorBindingID,
 	}, nil
 }
 

@@ -24,8 +24,11 @@
 //  4. Map the answer. An engine Outcome becomes 201, 202 (with the operation
 //     id, and never credentials) or 200; an engine sentinel error becomes its
 //     OSB status and error code (ErrConcurrency is 422 ConcurrencyError,
-//     ErrAsyncRequired is 422 AsyncRequired, and so on). An unknown error is a
-//     500 with a generic description: its text stays in the log.
+//     ErrAsyncRequired is 422 AsyncRequired, ErrMaintenanceInfoConflict 422
+//     MaintenanceInfoConflict). Those three carry the spec's description
+//     word for word, which clients compare, and the engine's text in a
+//     detail field. An unknown error is a 500 with a generic description:
+//     its text stays in the log.
 //
 // The door does not decide anything about idempotency, fingerprints,
 // catalogs or plans: whether a re-sent PUT is a 200, a 202 with the same

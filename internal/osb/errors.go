@@ -13,6 +13,18 @@ import (
 const (
 	codeAsyncRequired    = "AsyncRequired"
 	codeConcurrencyError = "ConcurrencyError"
+	codeMaintenanceInfo  = "MaintenanceInfoConflict"
+)
+
+// The descriptions the spec's Error Codes table gives for its codes. Clients
+// compare them word for word (go-open-service-broker-client's
+// IsAsyncRequiredError and IsConcurrencyError, used by the Kubernetes Service
+// Catalog), so these answers carry them exactly; bucketbroker's own text
+// goes into the detail field.
+const (
+	descAsyncRequired    = "This service plan requires client support for asynchronous service operations."
+	descConcurrencyError = "The Service Broker does not support concurrent requests that mutate the same resource."
+	descMaintenanceInfo  = "The maintenance_info.version field provided in the request does not match the maintenance_info.version field provided in the Service Broker's Catalog."
 )
 
 // internalDescription is all a platform learns about an unexpected failure;
@@ -20,10 +32,13 @@ const (
 const internalDescription = "internal error; the broker logged the cause"
 
 // errorBody is the OSB error response. Error is omitted when no OSB code
-// applies; the spec says that, if present, it must not be empty.
+// applies; the spec says that, if present, it must not be empty. Detail is
+// bucketbroker's own account when Description is the spec's fixed text (a
+// field the spec does not name, which receivers ignore).
 type errorBody struct {
 	Error       string `json:"error,omitempty"`
 	Description string `json:"description"`
+	Detail      string `json:"detail,omitempty"`
 }
 
 // requestError is a failure the door itself decides: a bad request, failed
@@ -56,6 +71,15 @@ func errorResponse(err error) (int, errorBody) {
 		}
 		return status, errorBody{Error: code, Description: d}
 	}
+	// fixed answers an error whose code the spec pairs with a fixed
+	// description; the engine's message becomes the detail.
+	fixed := func(code, description string, sentinel error) (int, errorBody) {
+		d := err.Error()
+		if d == "" {
+			d = sentinel.Error()
+		}
+		return http.StatusUnprocessableEntity, errorBody{Error: code, Description: description, Detail: d}
+	}
 	switch {
 	case errors.Is(err, engine.ErrInvalid):
 		return user(http.StatusBadRequest, "", engine.ErrInvalid)
@@ -66,9 +90,11 @@ func errorResponse(err error) (int, errorBody) {
 	case errors.Is(err, engine.ErrMissing):
 		return user(http.StatusNotFound, "", engine.ErrMissing)
 	case errors.Is(err, engine.ErrConcurrency):
-		return user(http.StatusUnprocessableEntity, codeConcurrencyError, engine.ErrConcurrency)
+		return fixed(codeConcurrencyError, descConcurrencyError, engine.ErrConcurrency)
+	case errors.Is(err, engine.ErrMaintenanceInfoConflict):
+		return fixed(codeMaintenanceInfo, descMaintenanceInfo, engine.ErrMaintenanceInfoConflict)
 	case errors.Is(err, engine.ErrAsyncRequired):
-		return user(http.StatusUnprocessableEntity, codeAsyncRequired, engine.ErrAsyncRequired)
+		return fixed(codeAsyncRequired, descAsyncRequired, engine.ErrAsyncRequired)
 	case errors.Is(err, engine.ErrUnprocessable):
 		return user(http.StatusUnprocessableEntity, "", engine.ErrUnprocessable)
 	case errors.Is(err, engine.ErrUnavailable):

@@ -10,23 +10,47 @@ import (
 	"github.com/bucketbroker/bucketbroker/internal/engine"
 )
 
-// Request bodies. Fields the engine does not use (maintenance_info,
-// previous_values) are not decoded: OSB receivers must ignore what they do
-// not understand.
+// Request bodies. Fields the engine does not use (previous_values) are
+// not decoded: OSB receivers must ignore what they do not understand.
 type provisionBody struct {
-	ServiceID        string          `json:"service_id"`
-	PlanID           string          `json:"plan_id"`
-	OrganizationGUID string          `json:"organization_guid"`
-	SpaceGUID        string          `json:"space_guid"`
-	Parameters       json.RawMessage `json:"parameters"`
-	Context          json.RawMessage `json:"context"`
+	ServiceID        string           `json:"service_id"`
+	PlanID           string           `json:"plan_id"`
+	OrganizationGUID string           `json:"organization_guid"`
+	SpaceGUID        string           `json:"space_guid"`
+	Parameters       json.RawMessage  `json:"parameters"`
+	Context          json.RawMessage  `json:"context"`
+	MaintenanceInfo  *maintenanceInfo `json:"maintenance_info"`
 }
 
 type updateBody struct {
-	ServiceID  string          `json:"service_id"`
-	PlanID     string          `json:"plan_id"`
-	Parameters json.RawMessage `json:"parameters"`
-	Context    json.RawMessage `json:"context"`
+	ServiceID       string           `json:"service_id"`
+	PlanID          string           `json:"plan_id"`
+	Parameters      json.RawMessage  `json:"parameters"`
+	Context         json.RawMessage  `json:"context"`
+	MaintenanceInfo *maintenanceInfo `json:"maintenance_info"`
+}
+
+// maintenanceInfo is OSB's maintenance_info object, in requests (the
+// version only) and in GET instance answers.
+type maintenanceInfo struct {
+	Version     string `json:"version"`
+	Description string `json:"description,omitempty"`
+}
+
+// maintenanceVersion returns the version a request's maintenance_info
+// names, or "" for none. An object without a version is a bad request: the
+// spec makes the version required.
+func maintenanceVersion(mi *maintenanceInfo) (string, error) {
+	if mi == nil {
+		return "", nil
+	}
+	if err := require(field{"maintenance_info.version", mi.Version}); err != nil {
+		return "", err
+	}
+	if err := bounded(field{"maintenance_info.version", mi.Version}); err != nil {
+		return "", err
+	}
+	return mi.Version, nil
 }
 
 // Response bodies.
@@ -37,9 +61,10 @@ type operationBody struct {
 }
 
 type instanceBody struct {
-	ServiceID  string          `json:"service_id"`
-	PlanID     string          `json:"plan_id"`
-	Parameters json.RawMessage `json:"parameters,omitempty"`
+	ServiceID       string           `json:"service_id"`
+	PlanID          string           `json:"plan_id"`
+	Parameters      json.RawMessage  `json:"parameters,omitempty"`
+	MaintenanceInfo *maintenanceInfo `json:"maintenance_info,omitempty"`
 }
 
 type lastOperationBody struct {
@@ -84,16 +109,21 @@ func decodeProvision(r *http.Request) (engine.ProvisionRequest, error) {
 	if err != nil {
 		return engine.ProvisionRequest{}, err
 	}
+	mv, err := maintenanceVersion(b.MaintenanceInfo)
+	if err != nil {
+		return engine.ProvisionRequest{}, err
+	}
 	return engine.ProvisionRequest{
-		InstanceID:        id,
-		ServiceID:         b.ServiceID,
-		PlanID:            b.PlanID,
-		OrganizationGUID:  b.OrganizationGUID,
-		SpaceGUID:         b.SpaceGUID,
-		Parameters:        params,
-		Context:           osbContext,
-		AcceptsIncomplete: async,
-		Identity:          ident,
+		MaintenanceVersion: mv,
+		InstanceID:         id,
+		ServiceID:          b.ServiceID,
+		PlanID:             b.PlanID,
+		OrganizationGUID:   b.OrganizationGUID,
+		SpaceGUID:          b.SpaceGUID,
+		Parameters:         params,
+		Context:            osbContext,
+		AcceptsIncomplete:  async,
+		Identity:           ident,
 	}, nil
 }
 
@@ -128,9 +158,14 @@ func decodeUpdate(r *http.Request) (engine.UpdateRequest, error) {
 	if err != nil {
 		return engine.UpdateRequest{}, err
 	}
+	mv, err := maintenanceVersion(b.MaintenanceInfo)
+	if err != nil {
+		return engine.UpdateRequest{}, err
+	}
 	return engine.UpdateRequest{
-		InstanceID: id,
-		ServiceID:  b.ServiceID,
+		MaintenanceVersion: mv,
+		InstanceID:         id,
+		ServiceID:          b.ServiceID,
 		// Absent and empty both mean "keep the plan", as the engine expects.
 		PlanID:            b.PlanID,
 		Parameters:        params,
@@ -177,7 +212,11 @@ func (h *Handler) getInstance(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, errors.New("engine returned neither an instance nor an error"))
 		return
 	}
-	h.respond(w, r, http.StatusOK, instanceBody{ServiceID: v.ServiceID, PlanID: v.PlanID, Parameters: v.Parameters})
+	body := instanceBody{ServiceID: v.ServiceID, PlanID: v.PlanID, Parameters: v.Parameters}
+	if v.MaintenanceVersion != "" {
+		body.MaintenanceInfo = &maintenanceInfo{Version: v.MaintenanceVersion, Description: v.MaintenanceDescription}
+	}
+	h.respond(w, r, http.StatusOK, body)
 }
 
 func (h *Handler) instanceLastOperation(w http.ResponseWriter, r *http.Request) {

@@ -32,7 +32,7 @@ func TestProvisionRequests(t *testing.T) {
 			want:       &engine.ProvisionRequest{InstanceID: "i1", ServiceID: "svc", PlanID: "plan", OrganizationGUID: "org", SpaceGUID: "space"},
 		},
 		"everything": {
-			reason: "parameters and context pass through byte for byte; the originating identity becomes Identity; unknown fields are ignored",
+			reason: "parameters and context pass through byte for byte; the originating identity becomes Identity; maintenance_info.version becomes MaintenanceVersion; unknown fields are ignored",
 			path:   "/v2/service_instances/i1?accepts_incomplete=true",
 			body: `{"service_id":"svc","plan_id":"plan","organization_guid":"org","space_guid":"space",` +
 				`"parameters":{"versioning": true},"context":{"platform":"kubernetes"},"maintenance_info":{"version":"1.0.0"},"x-vendor":[1]}`,
@@ -40,10 +40,11 @@ func TestProvisionRequests(t *testing.T) {
 			wantStatus: http.StatusCreated,
 			want: &engine.ProvisionRequest{
 				InstanceID: "i1", ServiceID: "svc", PlanID: "plan", OrganizationGUID: "org", SpaceGUID: "space",
-				Parameters:        json.RawMessage(`{"versioning": true}`),
-				Context:           json.RawMessage(`{"platform":"kubernetes"}`),
-				AcceptsIncomplete: true,
-				Identity:          "kubernetes eyJ1c2VybmFtZSI6ImEifQ==",
+				Parameters:         json.RawMessage(`{"versioning": true}`),
+				Context:            json.RawMessage(`{"platform":"kubernetes"}`),
+				AcceptsIncomplete:  true,
+				Identity:           "kubernetes eyJ1c2VybmFtZSI6ImEifQ==",
+				MaintenanceVersion: "1.0.0",
 			},
 		},
 		"null parameters and context": {

@@ -71,6 +71,10 @@ type Broker struct {
 	// CA, when set, makes every request HTTPS, trusting only these roots:
 	// for a broker started with --tls-cert-file (in Args).
 	CA *x509.CertPool
+	// SyncBudget is the broker's --sync-budget. It is zero unless a test
+	// sets it: every accepts_incomplete=true call answers 202, as the tests
+	// written before the budget expect.
+	SyncBudget time.Duration
 
 	embedded     bool
 	s3Ad, iamAdr string
@@ -129,6 +133,7 @@ func (b *Broker) TryStart(crashAt ...string) error {
 	if b.embedded {
 		b.cmd.Args = append(b.cmd.Args, "--s3-listen", b.s3Ad, "--iam-listen", b.iamAdr)
 	}
+	b.cmd.Args = append(b.cmd.Args, "--sync-budget", b.SyncBudget.String())
 	b.cmd.Args = append(b.cmd.Args, b.Args...)
 	b.cmd.Env = append(os.Environ(), "BUCKETBROKER_USERNAME="+User, "BUCKETBROKER_PASSWORD="+Pass,
 		"BUCKETBROKER_S3_ROOT_ACCESS_KEY="+RootAK, "BUCKETBROKER_S3_ROOT_SECRET_KEY="+RootSK,
