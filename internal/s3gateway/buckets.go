@@ -30,10 +30,16 @@ const (
 // repair undoes, before the server starts, what a process killed inside
 // versitygw can leave in the data directory and what versitygw does not
 // repair itself: the bucket of a killed CreateBucket
-// (removeHalfCreatedBuckets) and the directories of a killed object
-// deletion (removeEmptyDirs).
+// (removeHalfCreatedBuckets), the versions of an object whose current
+// version a killed deletion removed without moving the next one into its
+// place (restoreVersions), and the directories of a killed object
+// deletion (removeEmptyDirs). restoreVersions runs first: it needs the
+// directories of the object's key, and it may empty a folder of versions.
 func repair(objectsDir, versionsDir string, log *slog.Logger) error {
 	if err := removeHalfCreatedBuckets(objectsDir, log); err != nil {
+		return err
+	}
+	if err := restoreVersions(objectsDir, versionsDir, log); err != nil {
 		return err
 	}
 	return removeEmptyDirs(objectsDir, versionsDir, log)
