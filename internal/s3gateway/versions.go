@@ -43,7 +43,7 @@ func keyHash(key string) string {
 // object's file and then move the newest older version into its place;
 // a kill in between leaves that version in the versions folder with no
 // object, where no listing shows it and no deletion reaches it, and the
-// recorded key lets the next start finish the move (restoreVersions).
+// recorded key lets the next start finish the move (restoreVersion).
 type keyRecorder struct {
 	*posix.Posix
 	versionsDir string
@@ -100,57 +100,18 @@ func recordKey(versionsDir, bucket, key string) error {
 	return nil
 }
 
-// restoreVersions finishes, in every bucket, the deletions of a current
-// version that a kill interrupted after versitygw removed the object's
-// file and before it moved the newest older version into its place: for
-// each folder of versions that holds versions and a recorded key whose
-// object does not exist, it moves the newest version (the last by name,
-// the one versitygw picks) to the object's path, where it is the current
-// version again, listed, readable and deletable, exactly as if the
-// deletion had completed. Nothing is deleted. A folder without a recorded
-// key (a deletion this server did not record, or no deletion at all) is
-// left alone.
-func restoreVersions(objectsDir, versionsDir string, log *slog.Logger) error {
-	buckets, err := os.ReadDir(objectsDir)
-	if err != nil {
-		return err
-	}
-	buf := make([]byte, 64<<10) // a recorded key: at most XATTR_SIZE_MAX
-	for _, b := range buckets {
-		if !b.IsDir() || strings.HasPrefix(b.Name(), ".") {
-			continue
-		}
-		root := filepath.Join(versionsDir, b.Name())
-		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-			if err != nil || !d.IsDir() || path == root {
-				return err
-			}
-			rel, _ := filepath.Rel(root, path)
-			if d.Name() == tmpDir && filepath.Dir(rel) == "." {
-				return filepath.SkipDir
-			}
-			if strings.Count(rel, string(filepath.Separator)) < 3 {
-				return nil // one of the three levels above the folders of versions
-			}
-			if err := restoreVersion(filepath.Join(objectsDir, b.Name()), path, buf, log); err != nil {
-				return err
-			}
-			return filepath.SkipDir
-		})
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("versions of bucket %s: %w", b.Name(), err)
-		}
-	}
-	return nil
-}
-
-// restoreVersion is restoreVersions for one folder of versions, dir, of
-// the bucket whose folder is bucketDir; buf holds the key it reads.
-func restoreVersion(bucketDir, dir string, buf []byte, log *slog.Logger) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
+// restoreVersion finishes the deletion of a current version that a kill
+// interrupted after versitygw removed the object's file and before it
+// moved the newest older version into its place. dir is a folder of
+// versions of the bucket whose folder is bucketDir, entries what it
+// holds, and buf a buffer for the key recorded on it. When dir holds
+// versions and a recorded key whose object does not exist, the newest
+// version (the last by name, the one versitygw picks) is moved to the
+// object's path, where it is the current version again, listed, readable
+// and deletable, exactly as if the deletion had completed; moved says so.
+// Nothing is deleted. A folder without a recorded key (a deletion this
+// server did not record, or no deletion at all) is left alone.
+func restoreVersion(bucketDir, dir string, entries []os.DirEntry, buf []byte, log *slog.Logger) (moved bool, err error) {
 	var newest string
 	for _, e := range entries {
 		if !e.IsDir() {
@@ -158,43 +119,49 @@ func restoreVersion(bucketDir, dir string, buf []byte, log *slog.Logger) error {
 		}
 	}
 	if newest == "" {
-		return nil // empty: removeEmptyDirs' business
+		return false, nil // empty: prune's business
 	}
 	n, err := unix.Getxattr(dir, keyXattr, buf)
+	if errors.Is(err, unix.ERANGE) {
+		if n, err = unix.Getxattr(dir, keyXattr, nil); err == nil {
+			buf = make([]byte, n)
+			n, err = unix.Getxattr(dir, keyXattr, buf)
+		}
+	}
 	if errors.Is(err, unix.ENODATA) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("read the key of the versions in %s: %w", dir, err)
+		return false, fmt.Errorf("read the key of the versions in %s: %w", dir, err)
 	}
 	key := string(buf[:n])
 	bucket := filepath.Base(bucketDir)
 	if keyHash(key) != filepath.Base(dir) {
-		log.Warn("Versions folder carries a key that is not its own: left as it is",
+		log.Warn("Versions whose folder carries a key that is not theirs: left as they are",
 			"bucket", bucket, "dir", dir, "key", key)
-		return nil
+		return false, nil
 	}
 	object := filepath.Join(bucketDir, key)
 	_, err = os.Lstat(object)
 	if err == nil {
-		return nil // the object is there: nothing was interrupted
+		return false, nil // the object is there: nothing was interrupted
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		log.Warn("Versions of an object that cannot be read: left as they are", "bucket", bucket, "key", key, "error", err)
-		return nil
+		return false, nil
 	}
 	if err := os.MkdirAll(filepath.Dir(object), 0o755); err != nil {
 		log.Warn("Versions of a deleted object cannot be put back: left as they are", "bucket", bucket, "key", key, "error", err)
-		return nil
+		return false, nil
 	}
 	// The same inode, with the version's data and attributes (its
 	// version ID, ETag, a delete marker's mark): what versitygw's copy
 	// would have made, in one atomic step.
 	if err := os.Rename(filepath.Join(dir, newest), object); err != nil {
 		log.Warn("Versions of a deleted object cannot be put back: left as they are", "bucket", bucket, "key", key, "error", err)
-		return nil
+		return false, nil
 	}
 	log.Info("Made the newest version current again after a killed deletion of its object's current version",
 		"bucket", bucket, "key", key, "version", newest)
-	return nil
+	return true, nil
 }
