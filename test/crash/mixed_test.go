@@ -639,6 +639,9 @@ func mixedCheckBackend(r *run, insts []*mixedInstance) {
 			return converged, ""
 		})
 	}
+	// The counts first: Works below writes and deletes an object of its
+	// own in each live bucket, which a listing made meanwhile counts.
+	wg.Wait()
 	for i, name := range slices.Sorted(maps.Keys(wantUsers)) {
 		bd := wantUsers[name]
 		keys, ok := users[name]
