@@ -30,13 +30,15 @@ const (
 // repair undoes, before the server starts, what a process killed inside
 // versitygw can leave in the data directory and what versitygw does not
 // repair itself: the bucket of a killed CreateBucket
-// (removeHalfCreatedBuckets) and the directories of a killed object
-// deletion (removeEmptyDirs).
+// (removeHalfCreatedBuckets), and in each bucket the versions of an
+// object whose current version a killed deletion removed without moving
+// the next one into its place (restoreVersion) and the directories of a
+// killed object deletion (repairBuckets).
 func repair(objectsDir, versionsDir string, log *slog.Logger) error {
 	if err := removeHalfCreatedBuckets(objectsDir, log); err != nil {
 		return err
 	}
-	return removeEmptyDirs(objectsDir, versionsDir, log)
+	return repairBuckets(objectsDir, versionsDir, log)
 }
 
 // removeHalfCreatedBuckets removes the bucket directories under objectsDir
@@ -76,39 +78,46 @@ func removeHalfCreatedBuckets(objectsDir string, log *slog.Logger) error {
 	return nil
 }
 
-// removeEmptyDirs removes, in every bucket, the empty directories that no
-// object needs, and returns how many it removed. versitygw keeps a key
-// with "/" in it as nested directories (a/b/c is the file c in a/b) and,
-// when it deletes an object, removes the file and then each parent
-// directory left empty. A process killed in between leaves empty
-// directories that no listing shows and that DeleteBucket counts as
-// content: the bucket answers BucketNotEmpty to every deletion, and a
-// purge, which deletes what it lists, can never empty it. The same holds
-// in the versions folder, where each version sits in directories named
-// after the hash of its key. While the server is down nothing else
-// writes, so every empty directory found now is such a leftover, except
-// a directory object (a key ending in "/", which carries an ETag) and
-// versitygw's own tmpDir. A directory that is removed may leave its
-// parent empty: the walk goes depth first and removes the parent too.
-// The walk reads every directory of every bucket: its cost grows with
-// the number of objects, not only with the leftovers.
-func removeEmptyDirs(objectsDir, versionsDir string, log *slog.Logger) error {
+// repairBuckets puts back, in every bucket, the versions of an object
+// whose current version a killed deletion removed (restoreVersion, as it
+// walks the bucket's versions folder), then removes the empty
+// directories that no object needs. versitygw keeps a key with "/" in it
+// as nested directories (a/b/c is the file c in a/b) and, when it
+// deletes an object, removes the file and then each parent directory
+// left empty. A process killed in between leaves empty directories that
+// no listing shows and that DeleteBucket counts as content: the bucket
+// answers BucketNotEmpty to every deletion, and a purge, which deletes
+// what it lists, can never empty it. The same holds in the versions
+// folder, where each version sits in directories named after the hash of
+// its key. While the server is down nothing else writes, so every empty
+// directory found now is such a leftover, except a directory object (a
+// key ending in "/", which carries an ETag) and versitygw's own tmpDir. A
+// directory that is removed may leave its parent empty: the walk goes
+// depth first and removes the parent too. The versions folder goes
+// first: a version put back needs the directories of its key. The walk
+// reads every directory of every bucket: its cost grows with the number
+// of objects and versions, not only with the leftovers.
+func repairBuckets(objectsDir, versionsDir string, log *slog.Logger) error {
 	buckets, err := os.ReadDir(objectsDir)
 	if err != nil {
 		return err
 	}
+	buf := make([]byte, 4<<10) // a recorded key (S3 keys: 1,024 bytes at most)
 	for _, b := range buckets {
 		if !b.IsDir() || strings.HasPrefix(b.Name(), ".") {
 			continue
 		}
-		removed, err := pruneBucket(filepath.Join(objectsDir, b.Name()), true)
-		if err != nil {
-			return fmt.Errorf("bucket %s: %w", b.Name(), err)
+		bucketDir := filepath.Join(objectsDir, b.Name())
+		restore := func(dir string, entries []os.DirEntry) (bool, error) {
+			return restoreVersion(bucketDir, dir, entries, buf, log)
 		}
-		versions := filepath.Join(versionsDir, b.Name())
-		n, err := pruneBucket(versions, false)
+		removed, err := pruneBucket(filepath.Join(versionsDir, b.Name()), false, restore)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("versions of bucket %s: %w", b.Name(), err)
+		}
+		n, err := pruneBucket(bucketDir, true, nil)
+		if err != nil {
+			return fmt.Errorf("bucket %s: %w", b.Name(), err)
 		}
 		if removed += n; removed > 0 {
 			log.Info("Removed empty directories a killed object deletion left in a bucket", "bucket", b.Name(), "directories", removed)
@@ -117,10 +126,20 @@ func removeEmptyDirs(objectsDir, versionsDir string, log *slog.Logger) error {
 	return nil
 }
 
+// restorer is called by prune on each folder of versions, with what it
+// holds, before prune decides whether it is empty; moved says it moved
+// one of the entries out.
+type restorer func(dir string, entries []os.DirEntry) (moved bool, err error)
+
+// versionDepth is how deep below a bucket's versions folder the folders
+// of versions lie (versionDir: three levels, then the folder).
+const versionDepth = 4
+
 // pruneBucket removes the empty directories below root, the bucket's own
 // folder or its versions folder, except root itself and its tmpDir. In
 // the objects folder (objects true) a directory that is an object stays.
-func pruneBucket(root string, objects bool) (int, error) {
+// restore, when not nil, is called on each folder of versions first.
+func pruneBucket(root string, objects bool, restore restorer) (int, error) {
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return 0, err
@@ -130,7 +149,7 @@ func pruneBucket(root string, objects bool) (int, error) {
 		if !e.IsDir() || e.Name() == tmpDir {
 			continue
 		}
-		n, _, err := prune(filepath.Join(root, e.Name()), objects)
+		n, _, err := prune(filepath.Join(root, e.Name()), objects, 1, restore)
 		removed += n
 		if err != nil {
 			return removed, err
@@ -139,20 +158,29 @@ func pruneBucket(root string, objects bool) (int, error) {
 	return removed, nil
 }
 
-// prune removes the empty directories in dir, and dir itself when that
-// leaves it empty and it is not an object; it returns how many it removed
-// and whether dir is gone.
-func prune(dir string, objects bool) (int, bool, error) {
+// prune removes the empty directories in dir, depth levels below the
+// bucket's folder, and dir itself when that leaves it empty and it is
+// not an object; it returns how many it removed and whether dir is gone.
+func prune(dir string, objects bool, depth int, restore restorer) (int, bool, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return 0, false, err
 	}
 	removed, left := 0, len(entries)
+	if restore != nil && depth == versionDepth {
+		moved, err := restore(dir, entries)
+		if err != nil {
+			return 0, false, err
+		}
+		if moved {
+			left--
+		}
+	}
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
 		}
-		n, gone, err := prune(filepath.Join(dir, e.Name()), objects)
+		n, gone, err := prune(filepath.Join(dir, e.Name()), objects, depth+1, restore)
 		removed += n
 		if err != nil {
 			return removed, false, err

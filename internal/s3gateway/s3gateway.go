@@ -226,7 +226,7 @@ func (s *Server) start(ctx context.Context, cfg Config, objectsDir, versionsDir,
 			if err != nil {
 				return fmt.Errorf("open object store %s: %w", objectsDir, err)
 			}
-			return embedgw.RunVersityGW(ctx, be, &embedgw.Config{
+			return embedgw.RunVersityGW(ctx, keyRecorder{Posix: be, versionsDir: versionsDir}, &embedgw.Config{
 				RootUserAccess:        cfg.RootAccessKey,
 				RootUserSecret:        cfg.RootSecretKey,
 				Region:                cfg.Region,

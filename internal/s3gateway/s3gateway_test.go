@@ -545,3 +545,112 @@ func TestStartWritesOnlyUnderDataDir(t *testing.T) {
 		t.Errorf("the server wrote %s in TMPDIR; everything belongs under DataDir", e.Name())
 	}
 }
+
+// TestStartRestoresVersionsOfKilledDeletes: deleting the current version
+// of an object in a versioned bucket makes versitygw remove the object's
+// file and then move the newest older version into its place; a kill -9
+// in between left the older versions in the versions folder with no
+// object, where no listing shows them, no deletion reaches them and
+// DeleteBucket counts them for ever. The server records the key when a
+// version is deleted (here through DeleteObject and DeleteObjects), and
+// the next start moves the newest version into the object's place, as
+// the deletion would have: it is listed, readable and deletable again.
+// An object with versions that was not being deleted stays as it was.
+func TestStartRestoresVersionsOfKilledDeletes(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir)
+	ctx := context.Background()
+	bucket := "versioned-" + randomKey(t)
+	objects := filepath.Join(dir, "objects")
+
+	first := start(t, cfg)
+	root := s3Client(first, cfg.RootAccessKey, cfg.RootSecretKey)
+	if _, err := root.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
+		t.Fatalf("CreateBucket: %v", err)
+	}
+	if _, err := root.PutBucketVersioning(ctx, &s3.PutBucketVersioningInput{Bucket: &bucket,
+		VersioningConfiguration: &types.VersioningConfiguration{Status: types.BucketVersioningStatusEnabled}}); err != nil {
+		t.Fatalf("PutBucketVersioning: %v", err)
+	}
+	// versionsOf lists the versions of every key, the newest first, as
+	// "body@id".
+	versionsOf := func(root *s3.Client) map[string][]string {
+		t.Helper()
+		out, err := root.ListObjectVersions(ctx, &s3.ListObjectVersionsInput{Bucket: &bucket})
+		if err != nil {
+			t.Fatalf("ListObjectVersions: %v", err)
+		}
+		got := map[string][]string{}
+		for _, v := range out.Versions {
+			key, id := aws.ToString(v.Key), aws.ToString(v.VersionId)
+			obj, err := root.GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &key, VersionId: &id})
+			if err != nil {
+				t.Fatalf("GetObject %s version %s: %v", key, id, err)
+			}
+			body, err := io.ReadAll(obj.Body)
+			_ = obj.Body.Close()
+			if err != nil {
+				t.Fatalf("read %s version %s: %v", key, id, err)
+			}
+			got[key] = append(got[key], string(body)+"@"+id)
+		}
+		for _, m := range out.DeleteMarkers {
+			got[aws.ToString(m.Key)] = append(got[aws.ToString(m.Key)], "marker@"+aws.ToString(m.VersionId))
+		}
+		return got
+	}
+	keys := []string{"d/e/k", "flat", "other"}
+	for _, key := range keys {
+		for _, body := range []string{"one", "two", "three"} {
+			if _, err := root.PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: &key, Body: strings.NewReader(body)}); err != nil {
+				t.Fatalf("PutObject %s: %v", key, err)
+			}
+		}
+	}
+	before := versionsOf(root)
+	id := func(key string, i int) *string {
+		return aws.String(before[key][i][strings.Index(before[key][i], "@")+1:])
+	}
+	// An older version deleted through each API: the key is recorded.
+	if _, err := root.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &bucket, Key: aws.String("d/e/k"), VersionId: id("d/e/k", 2)}); err != nil {
+		t.Fatalf("DeleteObject: %v", err)
+	}
+	if _, err := root.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: &bucket, Delete: &types.Delete{
+		Objects: []types.ObjectIdentifier{{Key: aws.String("flat"), VersionId: id("flat", 2)}}}}); err != nil {
+		t.Fatalf("DeleteObjects: %v", err)
+	}
+	stop(t, first)
+
+	// What a kill inside the deletion of the current version leaves: the
+	// object's file is gone, its older version not yet moved into place.
+	for _, key := range []string{"d/e/k", "flat"} {
+		if err := os.Remove(filepath.Join(objects, bucket, key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	second := start(t, cfg)
+	root = s3Client(second, cfg.RootAccessKey, cfg.RootSecretKey)
+	got := versionsOf(root)
+	want := map[string][]string{
+		"d/e/k": before["d/e/k"][1:2],
+		"flat":  before["flat"][1:2],
+		"other": before["other"],
+	}
+	for _, key := range keys {
+		if !slices.Equal(got[key], want[key]) {
+			t.Errorf("versions of %s after the restart = %q, want %q (before the kill: %q)", key, got[key], want[key], before[key])
+		}
+	}
+	for key, versions := range got {
+		for _, v := range versions {
+			vid := v[strings.Index(v, "@")+1:]
+			if _, err := root.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &bucket, Key: &key, VersionId: &vid}); err != nil {
+				t.Errorf("DeleteObject %s version %s: %v", key, vid, err)
+			}
+		}
+	}
+	if _, err := root.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: &bucket}); err != nil {
+		t.Errorf("DeleteBucket after deleting every listed version: %v", err)
+	}
+}

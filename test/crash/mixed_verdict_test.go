@@ -23,8 +23,9 @@ import (
 // TestKillUnderMixedLoad's backend audit looks for beyond TestKillUnderLoad's,
 // and checks that each gets its verdict; and that the state of issue 12's
 // class 3 (a bucket whose listings are empty while its folder holds
-// directories), which that test sets apart, is told from a bucket holding
-// objects (under directories too) and from an empty one.
+// directories), which that test names when a purge is stuck and sets
+// apart under -mixed-lenient, is told from a bucket holding objects
+// (under directories too) and from an empty one.
 func TestMixedVerdictsCatchFaults(t *testing.T) {
 	b := harness.New(t, binary)
 	b.Start()
