@@ -18,6 +18,13 @@ import (
 // operation in progress, so that start-up and the sweep list it.
 func spoil(t *testing.T, statePath string, kind engine.Kind, id string) {
 	t.Helper()
+	nest(t, statePath, kind, id, 9999, true)
+}
+
+// nest rewrites a record as spoil does, with a field nested depth levels
+// deep, its operation in progress or left as it was.
+func nest(t *testing.T, statePath string, kind engine.Kind, id string, depth int, inProgress bool) {
+	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+statePath)
 	if err != nil {
 		t.Fatal(err)
@@ -27,9 +34,13 @@ func spoil(t *testing.T, statePath string, kind engine.Kind, id string) {
 	if err := db.QueryRow(`SELECT data FROM records WHERE kind = ? AND id = ?`, kind, id).Scan(&data); err != nil {
 		t.Fatalf("read %s/%s: %v", kind, id, err)
 	}
-	deep := strings.Repeat(`{"a":`, 9999) + `{}` + strings.Repeat(`}`, 9999)
+	deep := strings.Repeat(`{"a":`, depth) + `{}` + strings.Repeat(`}`, depth)
 	data = strings.Replace(data, `"fingerprint":`, `"x":`+deep+`,"fingerprint":`, 1)
-	if _, err := db.Exec(`UPDATE records SET data = ?, op_state = 'in progress' WHERE kind = ? AND id = ?`, data, kind, id); err != nil {
+	set := `UPDATE records SET data = ? WHERE kind = ? AND id = ?`
+	if inProgress {
+		set = `UPDATE records SET data = ?, op_state = 'in progress' WHERE kind = ? AND id = ?`
+	}
+	if _, err := db.Exec(set, data, kind, id); err != nil {
 		t.Fatalf("spoil %s/%s: %v", kind, id, err)
 	}
 }
@@ -105,5 +116,33 @@ func TestUnreadableRecordIsolated(t *testing.T) {
 	}
 	if u := b.users(); len(u) != 0 {
 		t.Errorf("users after the deprovision: %v, want none (the repaired binding revoked)", u)
+	}
+}
+
+// TestOldDeepRecordIsRepairable: a record an older version wrote nested
+// deeper than the store now writes (its door had no depth limit) but
+// within what encoding/json reads used to be readable yet refused by every
+// write, so its DELETE was 503 for ever and `admin records` neither listed
+// nor repaired it. Reads apply the writes' bounds: it is reported, the
+// repair prunes it, and the instance deprovisions.
+func TestOldDeepRecordIsRepairable(t *testing.T) {
+	ctx := context.Background()
+	a := newHarness(t)
+	inst := instancePth + newID()
+	a.want(a.do("PUT", inst, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+	id := inst[strings.LastIndex(inst, "/")+1:]
+	nest(t, a.statePath, engine.KindInstance, id, 100, false)
+
+	raw := a.store.(store.RawStore)
+	found, err := store.FindUnreadable(ctx, raw)
+	if err != nil || len(found) != 1 || found[0].ID != id {
+		t.Fatalf("FindUnreadable = %+v, %v; want the instance %s nested 100 levels deep", found, err, id)
+	}
+	if rep, err := store.Repair(ctx, raw, engine.KindInstance, id); err != nil || rep.Pruned != 1 {
+		t.Fatalf("Repair = %+v, %v; want one value pruned", rep, err)
+	}
+	a.want(a.do("DELETE", del(inst, planStd, false), nil), http.StatusOK, "deprovision after the repair")
+	if b := a.buckets(); len(b) != 0 {
+		t.Errorf("buckets after the deprovision: %v, want none", b)
 	}
 }

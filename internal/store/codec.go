@@ -54,9 +54,17 @@ func Encode(r *engine.Record) ([]byte, error) {
 // MaxFreeFormBytes, several of them a record); these bounds leave room for
 // that and stay far below what Decode can read (encoding/json stops at
 // 10000 levels).
+//
+// Decode applies the same bounds, so that a record an older version wrote
+// beyond them (its door had no depth limit) is unreadable, reported and
+// repaired (Repair prunes it to MaxRecordDepth), rather than readable but
+// refused by every write. MaxRecordBytes is far above anything the engine
+// writes now and above what the older door let into one record (a 1 MiB
+// body and its headers), so no record written before is unwritable for
+// its size.
 const (
 	MaxRecordDepth = 64
-	MaxRecordBytes = 1 << 20
+	MaxRecordBytes = 16 << 20
 )
 
 // checkReadable refuses a record Decode could not read back, or that is
@@ -79,6 +87,9 @@ func utcOp(o *engine.Operation) {
 // Decode parses what Encode wrote. version is the store's version column:
 // it, not the JSON, is what compare-and-swap checks, so it wins.
 func Decode(version int64, data []byte) (*engine.Record, error) {
+	if err := checkReadable(data); err != nil {
+		return nil, fmt.Errorf("decode record: %w", err)
+	}
 	r := new(engine.Record)
 	if err := json.Unmarshal(data, r); err != nil {
 		return nil, fmt.Errorf("decode record: %w", err)
