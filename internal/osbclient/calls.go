@@ -3,6 +3,8 @@ package osbclient
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -284,8 +286,8 @@ type BindRequest struct {
 }
 
 // Binding is a bind answer or a GET of a binding. Credentials stay raw:
-// the caller seals them and never logs them; Binding has no String method
-// that would print them, so keep it out of log calls.
+// the caller seals them. Its String and LogValue forms show
+// only their size, so a Binding printed or logged by mistake leaks nothing.
 type Binding struct {
 	// Status is 200 (exists already, identical), 201 (created) or 202
 	// (accepted: poll Operation); zero for a GET.
@@ -302,6 +304,15 @@ type Binding struct {
 
 // Async reports whether the upstream accepted the bind to finish later.
 func (b *Binding) Async() bool { return b.Status == http.StatusAccepted }
+
+// String describes the binding without its credentials (fmt's %v and %+v
+// use it too).
+func (b Binding) String() string {
+	return fmt.Sprintf("binding{status %d, operation %q, credentials %d bytes (redacted)}", b.Status, b.Operation, len(b.Credentials))
+}
+
+// LogValue is String for log/slog.
+func (b Binding) LogValue() slog.Value { return slog.StringValue(b.String()) }
 
 // Bind creates binding bindingID of instance instanceID.
 func (c *Client) Bind(ctx context.Context, instanceID, bindingID string, req BindRequest) (*Binding, error) {

@@ -3,6 +3,8 @@ package osbclient_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -167,5 +169,22 @@ func TestNewRefusesBadConfig(t *testing.T) {
 				t.Fatalf("the error shows the password: %v", err)
 			}
 		})
+	}
+}
+
+func TestBindingPrintsNoCredentials(t *testing.T) {
+	c := canned(t, http.StatusCreated, `{"credentials":{"password":"s3cr3t-value"}}`)
+	b, err := c.Bind(context.Background(), "i", "b", osbclient.BindRequest{ServiceID: "s", PlanID: "p"})
+	if err != nil || !strings.Contains(string(b.Credentials), "s3cr3t-value") {
+		t.Fatalf("bind: %v", err)
+	}
+	var logged strings.Builder
+	slog.New(slog.NewTextHandler(&logged, nil)).Info("Bound", "binding", b)
+	for _, s := range []string{fmt.Sprint(b), fmt.Sprintf("%+v", b), fmt.Sprintf("%v", *b), logged.String()} {
+		// A struct printed without String shows a json.RawMessage as
+		// numbers, so look for the mark of String instead.
+		if strings.Contains(s, "s3cr3t") || !strings.Contains(s, "redacted") {
+			t.Fatalf("printed: %s", s)
+		}
 	}
 }
