@@ -4,7 +4,9 @@
 // instance; bind, unbind, fetch and last_operation of a binding).
 //
 // The model is one request, one answer, nothing hidden. The client never
-// retries and keeps no state: whether a timeout on a create is followed by
+// retries (net/http itself may resend a GET once when a kept-alive
+// connection turns out closed; never a PUT, PATCH or DELETE) and keeps no
+// state: whether a timeout on a create is followed by
 // an orphan-mitigation DELETE, or a 409 on a re-sent create means "adopt
 // it", is the caller's decision, because only the caller holds the record
 // that decides it. Each method therefore returns either the upstream's

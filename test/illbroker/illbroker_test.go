@@ -3,9 +3,11 @@ package illbroker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -312,4 +314,26 @@ func TestCatalog(t *testing.T) {
 func jsonEqual(a, b json.RawMessage) bool {
 	var x, y any
 	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && cmp.Equal(x, y)
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-fail-rate", "1.5"},
+		{"-failed-op-rate", "-0.1"},
+		{"-duplicate-status", "418"},
+		{"-async-delay", "-1s"},
+	} {
+		cmd := exec.Command(binary, append([]string{"-listen", "127.0.0.1:0"}, args...)...)
+		cmd.Env = append(os.Environ(), "ILLBROKER_USERNAME=u", "ILLBROKER_PASSWORD=p")
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "illbroker: ") {
+			t.Fatalf("%v: %v %s, want exit status 1 with a message", args, err, out)
+		}
+	}
+	cmd := exec.Command(binary, "-listen", "127.0.0.1:0")
+	cmd.Env = os.Environ()
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "ILLBROKER_PASSWORD") {
+		t.Fatalf("without credentials: %v %s", err, out)
+	}
 }
