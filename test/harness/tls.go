@@ -103,3 +103,8 @@ func ServedSerial(addr string, pool *x509.CertPool) (int64, error) {
 	defer c.Close()
 	return c.ConnectionState().PeerCertificates[0].SerialNumber.Int64(), nil
 }
+
+// PEM returns the CA's certificate in PEM, for a client's CA file.
+func (ca *CA) PEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw})
+}
