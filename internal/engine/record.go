@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/bucketbroker/bucketbroker/internal/jsonnest"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
@@ -246,40 +247,10 @@ func CheckFreeForm(name string, raw []byte) error {
 	if len(raw) > MaxFreeFormBytes {
 		return fmt.Errorf("%s is %d bytes, more than the %d allowed", name, len(raw), MaxFreeFormBytes)
 	}
-	if d := JSONDepth(raw); d > MaxFreeFormDepth {
+	if d := jsonnest.Depth(raw); d > MaxFreeFormDepth {
 		return fmt.Errorf("%s nests objects and arrays %d levels deep, more than the %d allowed", name, d, MaxFreeFormDepth)
 	}
 	return nil
-}
-
-// JSONDepth returns the deepest nesting of objects and arrays in b, a JSON
-// text (0 for a scalar), without decoding it: decoding is what fails on a
-// text nested too deep. Brackets inside strings do not count. For text that
-// is not valid JSON the result is some number, not an error.
-func JSONDepth(b []byte) int {
-	depth, deepest := 0, 0
-	inString, escaped := false, false
-	for _, c := range b {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == '{' || c == '[':
-			depth++
-			deepest = max(deepest, depth)
-		case c == '}' || c == ']':
-			depth--
-		}
-	}
-	return deepest
 }
 
 // UnreadableRecord is a stored record that cannot be decoded: written by an

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bucketbroker/bucketbroker/internal/engine"
+	"github.com/bucketbroker/bucketbroker/internal/jsonnest"
 )
 
 // Now is the time a store stamps on records: UTC, whole microseconds
@@ -74,7 +75,7 @@ func checkReadable(data []byte) error {
 	if len(data) > MaxRecordBytes {
 		return fmt.Errorf("%d bytes, more than the %d a record may have", len(data), MaxRecordBytes)
 	}
-	if d := engine.JSONDepth(data); d > MaxRecordDepth {
+	if d := jsonnest.Depth(data); d > MaxRecordDepth {
 		return fmt.Errorf("nests %d levels deep, more than the %d a record may", d, MaxRecordDepth)
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/bucketbroker/bucketbroker/internal/engine"
+	"github.com/bucketbroker/bucketbroker/internal/jsonnest"
 )
 
 // Unreadables is the set of records a store's reads found unreadable and
@@ -133,7 +134,7 @@ func Repair(ctx context.Context, s RawStore, kind engine.Kind, id string) (Repai
 	if _, err := Decode(raw.Version, raw.Data); err == nil {
 		return Repaired{}, fmt.Errorf("repair record %s/%s: %w", kind, id, ErrReadable)
 	}
-	pruned, n := Prune(raw.Data, MaxRecordDepth)
+	pruned, n := jsonnest.Prune(raw.Data, MaxRecordDepth)
 	r, err := Decode(raw.Version, pruned)
 	if err != nil {
 		return Repaired{}, fmt.Errorf("repair record %s/%s: still unreadable after pruning %d values: %w", kind, id, n, err)
@@ -142,63 +143,6 @@ func Repair(ctx context.Context, s RawStore, kind engine.Kind, id string) (Repai
 		return Repaired{}, fmt.Errorf("repair record %s/%s: %w", kind, id, err)
 	}
 	return Repaired{Pruned: n, Version: r.Version}, nil
-}
-
-// Prune returns data, a JSON text, with every object or array that opens
-// deeper than maxDepth levels replaced by null, and how many were. It works
-// on the bytes, without decoding: decoding is what fails on such a text.
-func Prune(data []byte, maxDepth int) ([]byte, int) {
-	out := make([]byte, 0, len(data))
-	depth, pruned := 0, 0
-	inString, escaped := false, false
-	skip := 0 // >0: inside a pruned value, at this many levels below it
-	for _, c := range data {
-		if skip > 0 {
-			switch {
-			case inString:
-				switch {
-				case escaped:
-					escaped = false
-				case c == '\\':
-					escaped = true
-				case c == '"':
-					inString = false
-				}
-			case c == '"':
-				inString = true
-			case c == '{' || c == '[':
-				skip++
-			case c == '}' || c == ']':
-				skip--
-			}
-			continue
-		}
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == '{' || c == '[':
-			if depth == maxDepth {
-				out = append(out, "null"...)
-				pruned++
-				skip = 1
-				continue
-			}
-			depth++
-		case c == '}' || c == ']':
-			depth--
-		}
-		out = append(out, c)
-	}
-	return out, pruned
 }
 
 // DecodeListed decodes a record a store's List read. One that cannot be

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/bucketbroker/bucketbroker/internal/engine"
+	"github.com/bucketbroker/bucketbroker/internal/jsonnest"
 	"github.com/bucketbroker/bucketbroker/internal/store"
 )
 
@@ -133,7 +134,7 @@ func RunUnreadable(t *testing.T, newStore func(t *testing.T) (store.RawStore, Pl
 		if r.Op.ID != bad.Op.ID || r.InstanceID != "i1" || r.Version != 5 {
 			t.Errorf("repaired record = %+v, want b2's operation, instance and version 5", r)
 		}
-		if d := engine.JSONDepth(r.Request.Parameters); d > store.MaxRecordDepth {
+		if d := jsonnest.Depth(r.Request.Parameters); d > store.MaxRecordDepth {
 			t.Errorf("repaired parameters nest %d levels", d)
 		}
 		if _, err := s.List(ctx(t), engine.ListOptions{}); err != nil {
