@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -248,5 +249,107 @@ func benchProvisionBind(b *testing.B, latency time.Duration) {
 				}
 			})
 		}
+	}
+}
+
+// stormSize is the number of identical PUTs BenchmarkProvisionStorm sends
+// at once.
+const stormSize = 1000
+
+// BenchmarkProvisionStorm sends stormSize identical provision PUTs for a new
+// instance at once, and, in the same iteration, one provision of another
+// new instance alone. It fails unless the storm made exactly one backend
+// create (EnsureBucket) and answered one 201 and the rest 200. Metrics:
+// single-ms and storm-ms, the wall time of each (the storm's from the first
+// request sent to the last answer); storm/single, their ratio (the target
+// is at most 2); creates/storm, the backend creates per storm;
+// bare-storm-ms, the same storm sent to a bare handler that checks auth and
+// decodes the body (bareHandler), the floor of any server on this machine
+// (clients and server share its cores), and storm/bare-storm.
+func BenchmarkProvisionStorm(b *testing.B) {
+	for _, store := range []string{"sqlite", "postgres"} {
+		b.Run("store="+store, func(b *testing.B) {
+			h := newHarness(b, harnessOpts{postgres: store == "postgres"})
+			body, _ := json.Marshal(provisionBody(planStd, nil))
+			c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: stormSize}}
+			bare := httptest.NewServer(bareHandler())
+			defer bare.Close()
+			put := func(path string) int {
+				url := h.url + path
+				if path == "" {
+					url = bare.URL + instancePth + "x"
+				}
+				req, _ := http.NewRequest("PUT", url, bytes.NewReader(body))
+				req.SetBasicAuth(brokerUser, brokerPass)
+				req.Header.Set("X-Broker-API-Version", apiVersion)
+				resp, err := c.Do(req)
+				if err != nil {
+					return 0
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			// stormOf sends stormSize PUTs of path at once and returns their
+			// status codes and the time from the first sent to the last
+			// answered; path "" sends them to the bare handler.
+			stormOf := func(path string) ([]int, time.Duration) {
+				codes := make([]int, stormSize)
+				ready := make(chan struct{})
+				var wg sync.WaitGroup
+				for i := range stormSize {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-ready
+						codes[i] = put(path)
+					}()
+				}
+				start := time.Now()
+				close(ready)
+				wg.Wait()
+				return codes, time.Since(start)
+			}
+			var single, storm, bareStorm time.Duration
+			var creates int
+			b.ResetTimer()
+			for range b.N {
+				codes, took := stormOf("")
+				bareStorm += took
+				if codes[0] != http.StatusOK || codes[stormSize-1] != http.StatusOK {
+					b.Fatalf("bare handler storm: status %d", codes[0])
+				}
+				alone := instancePth + newID()
+				start := time.Now()
+				if code := put(alone); code != http.StatusCreated {
+					b.Fatalf("provision alone: %d, want 201", code)
+				}
+				single += time.Since(start)
+
+				id := instancePth + newID()
+				before := h.drv.count("EnsureBucket")
+				codes, took = stormOf(id)
+				storm += took
+				n := h.drv.count("EnsureBucket") - before
+				creates += n
+				count := map[int]int{}
+				for _, code := range codes {
+					count[code]++
+				}
+				if n != 1 || count[http.StatusCreated] != 1 || count[http.StatusOK] != stormSize-1 {
+					b.Fatalf("storm of %d: %d backend creates, status codes %v; want 1 create, one 201, the rest 200", stormSize, n, count)
+				}
+				b.StopTimer()
+				h.want(h.do("DELETE", del(alone, planStd, false), nil), http.StatusOK, "deprovision")
+				h.want(h.do("DELETE", del(id, planStd, false), nil), http.StatusOK, "deprovision")
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(single.Microseconds())/1000/float64(b.N), "single-ms")
+			b.ReportMetric(float64(storm.Microseconds())/1000/float64(b.N), "storm-ms")
+			b.ReportMetric(float64(storm)/float64(single), "storm/single")
+			b.ReportMetric(float64(creates)/float64(b.N), "creates/storm")
+			b.ReportMetric(float64(bareStorm.Microseconds())/1000/float64(b.N), "bare-storm-ms")
+			b.ReportMetric(float64(storm)/float64(bareStorm), "storm/bare-storm")
+		})
 	}
 }

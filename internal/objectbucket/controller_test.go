@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -11,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
@@ -67,8 +70,8 @@ func TestClaimBoundAndDeleted(t *testing.T) {
 		if obj.GetLabels()[LabelProvisioner] != LabelValue(run.provisioner) {
 			t.Errorf("%T labels = %v", obj, obj.GetLabels())
 		}
-		if !contains(obj.GetFinalizers(), Finalizer) {
-			t.Errorf("%T finalizers = %v, want %s", obj, obj.GetFinalizers(), Finalizer)
+		if _, isSecret := obj.(*corev1.Secret); contains(obj.GetFinalizers(), Finalizer) != isSecret {
+			t.Errorf("%T finalizers = %v, want %s on the Secret alone", obj, obj.GetFinalizers(), Finalizer)
 		}
 	}
 	wantOB := obv1.ObjectBucketSpec{
@@ -106,15 +109,97 @@ func TestClaimBoundAndDeleted(t *testing.T) {
 
 	deleteObj(ctx, t, obc)
 	waitGone(ctx, t, obc)
-	for _, obj := range []client.Object{b.secret, b.cm, b.ob} {
+	for _, obj := range []client.Object{b.secret, b.ob} {
 		waitGone(ctx, t, obj)
 	}
+	checkLeftToCollector(ctx, t, b.cm, got.UID)
 	if bucketExists(ctx, t, wantBucket) {
 		t.Errorf("bucket %s still exists after the claim (policy Delete) was deleted", wantBucket)
 	}
 	if k := keysOf(ctx, t, string(got.UID)); len(k) != 0 {
 		t.Errorf("user still has keys %v after the claim was deleted", k)
 	}
+}
+
+// TestClaimRequests: a claim's lifecycle costs at most 12 API requests,
+// and its deletion none on the ConfigMap, which the garbage collector
+// removes with the claim (BenchmarkClaimLifecycle measures the same on many
+// claims at once).
+func TestClaimRequests(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	counter := &requestCounter{}
+	run := startController(t, runOptions{provisioner: newProvisioner(), wrap: func(rt http.RoundTripper) http.RoundTripper {
+		counter.next = rt
+		return counter
+	}})
+	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
+	obc := newClaim(ns, "counted", class, nil)
+	_, _ = counter.take()
+	b := bind(ctx, t, obc)
+	waitFor(ctx, t, "the Bound event sent", func(context.Context) (bool, string) {
+		counter.mu.Lock()
+		defer counter.mu.Unlock()
+		return counter.byKey["POST events"] > 0, fmt.Sprint(counter.byKey)
+	})
+	created, byCreate := counter.take()
+	deleteObj(ctx, t, obc)
+	waitGone(ctx, t, obc)
+	deleted, byDelete := counter.take()
+	if created+deleted > 12 {
+		t.Errorf("%d API requests per claim lifecycle (create %v, delete %v), want at most 12", created+deleted, byCreate, byDelete)
+	}
+	for k, n := range byDelete {
+		if strings.HasSuffix(k, " configmaps") {
+			t.Errorf("%d %s requests while the claim was deleted (all: %v), want none: the garbage collector removes the ConfigMap", n, k, byDelete)
+		}
+	}
+	checkLeftToCollector(ctx, t, b.cm, b.claim.UID)
+}
+
+// TestOldConfigMapFinalizerRemoved: a ConfigMap that an earlier version of
+// the controller gave our finalizer loses it when its claim is deleted, so
+// that the garbage collector can remove it.
+func TestOldConfigMapFinalizerRemoved(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	prov := newProvisioner()
+	run := startController(t, runOptions{provisioner: prov})
+	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
+	obc := newClaim(ns, "older", class, nil)
+	b := bind(ctx, t, obc)
+	run.stop()
+	base := b.cm.DeepCopy()
+	controllerutil.AddFinalizer(b.cm, Finalizer)
+	if err := k8s.Patch(ctx, b.cm, client.MergeFrom(base)); err != nil {
+		t.Fatal(err)
+	}
+	deleteObj(ctx, t, obc)
+	startController(t, runOptions{provisioner: prov})
+	waitGone(ctx, t, obc)
+	checkLeftToCollector(ctx, t, b.cm, b.claim.UID)
+}
+
+// TestClaimNameReused: a claim made again under the name of a deleted
+// one is Bound although the deleted claim's ConfigMap is still there
+// (envtest runs no garbage collector; in a cluster it may not have run
+// yet).
+func TestClaimNameReused(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	run := startController(t, runOptions{provisioner: newProvisioner()})
+	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
+	first := bind(ctx, t, newClaim(ns, "again", class, nil))
+	deleteObj(ctx, t, first.claim)
+	waitGone(ctx, t, first.claim)
+	second := bind(ctx, t, newClaim(ns, "again", class, nil))
+	if !metav1.IsControlledBy(second.cm, second.claim) {
+		t.Errorf("ConfigMap controlled by %+v, want the new claim %s", metav1.GetControllerOf(second.cm), second.claim.UID)
+	}
+	checkCredentials(ctx, t, second, "")
 }
 
 func keys[V any](m map[string]V) []string {

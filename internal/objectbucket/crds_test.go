@@ -176,9 +176,10 @@ func TestObjectBucketWrittenBeforeRecord(t *testing.T) {
 
 	deleteObj(ctx, t, obc)
 	waitGone(ctx, t, obc)
-	for _, obj := range []client.Object{b.secret, b.cm, b.ob} {
+	for _, obj := range []client.Object{b.secret, b.ob} {
 		waitGone(ctx, t, obj)
 	}
+	checkLeftToCollector(ctx, t, b.cm, got.UID)
 	if bucketExists(ctx, t, b.bucket) {
 		t.Errorf("bucket %s still exists after its claim (policy Delete) was deleted", b.bucket)
 	}

@@ -95,8 +95,9 @@ func (r *Reconciler) reconcileOrphans(ctx context.Context, key types.NamespacedN
 }
 
 // undo cleans the backend per the ObjectBucket's record, then deletes the
-// claim's Secret and ConfigMap and the ObjectBucket, each only if ours. A
-// zero result means the API server said each is gone.
+// claim's Secret and the ObjectBucket, each only if ours, and leaves its
+// ConfigMap to the garbage collector. A zero result means the API server
+// said each is gone.
 func (r *Reconciler) undo(ctx context.Context, s *scope, ob *obv1.ObjectBucket) (reconcile.Result, error) {
 	if ob != nil && controllerutil.ContainsFinalizer(ob, Finalizer) {
 		if err := r.cleanBackend(ctx, s, planOf(ob)); err != nil {
@@ -108,12 +109,19 @@ func (r *Reconciler) undo(ctx context.Context, s *scope, ob *obv1.ObjectBucket) 
 		}
 	}
 
-	// The Secret, the ConfigMap and the ObjectBucket, each only if ours;
-	// the claim keeps its finalizer until the API server says each is gone.
+	// The ConfigMap is not deleted here: its controller reference lets the
+	// garbage collector remove it once the claim is gone, and it carries no
+	// finalizer (keepsFinalizer). One stamped before that still carries
+	// ours, which is removed so that the collector can.
 	key := client.ObjectKeyFromObject(s.claim)
+	if err := r.releaseConfigMap(ctx, s); err != nil {
+		return r.quiet(ctx, err)
+	}
+
+	// The Secret and the ObjectBucket, each only if ours; the claim keeps
+	// its finalizer until the API server says each is gone.
 	objs := []client.Object{
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}},
-		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}},
 	}
 	// A stash of the Secret's keys exists only while a Secret is recreated;
 	// the cache is enough to find it (see dropStash).
@@ -139,6 +147,26 @@ func (r *Reconciler) undo(ctx context.Context, s *scope, ob *obv1.ObjectBucket) 
 		return reconcile.Result{RequeueAfter: goneRetry}, nil
 	}
 	return reconcile.Result{}, nil
+}
+
+// releaseConfigMap removes our finalizer from the claim's ConfigMap where
+// an older version of this controller put it. The cache is asked alone: it
+// holds every ConfigMap of ours, and costs no request.
+func (r *Reconciler) releaseConfigMap(ctx context.Context, s *scope) error {
+	cm := &corev1.ConfigMap{}
+	err := r.client.Get(ctx, client.ObjectKeyFromObject(s.claim), cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("get config map: %w", err)
+	case !metav1.IsControlledBy(cm, s.claim):
+		return nil
+	}
+	if err := r.removeFinalizer(ctx, cm); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove finalizer of %s: %w", client.ObjectKeyFromObject(cm), err)
+	}
+	return nil
 }
 
 // cleanBackend revokes the claim's credential and deletes its bucket when

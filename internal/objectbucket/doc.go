@@ -48,9 +48,10 @@
 // deleted bucket frees its name) delete the bucket if it is the claim's and
 // the recorded policy is Delete (a missing bucket is success; a bucket with
 // another owner mark, such as one that existed before a failed provision,
-// is left alone), then delete the Secret, the ConfigMap and the
-// ObjectBucket, and drop the claim's finalizer only once the API server says
-// each is gone: a delete preconditioned on the resourceVersion of an object
+// is left alone), then delete the Secret and the ObjectBucket (the
+// ConfigMap, which carries no finalizer, is left to the garbage collector
+// through its owner reference), and drop the claim's finalizer only once
+// the API server says each is gone: a delete preconditioned on the resourceVersion of an object
 // with no finalizer left removes it in that request (none of these kinds
 // has a grace period); an object someone else still holds is asked about
 // with a Get on later passes.

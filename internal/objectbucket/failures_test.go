@@ -262,7 +262,8 @@ func TestUnlabelledOwnSecret(t *testing.T) {
 // kubernetes/kubernetes#77988; here the finalizer is removed by hand while
 // the controller is down) leaves an ObjectBucket naming a UID that no
 // longer exists. The controller undoes everything made for it from that
-// ObjectBucket: bucket, user and keys, Secret, ConfigMap, ObjectBucket.
+// ObjectBucket: bucket, user and keys, Secret, ObjectBucket (the
+// ConfigMap is left to the garbage collector).
 func TestClaimGoneWithoutDeletion(t *testing.T) {
 	apiServer(t)
 	ctx := testContext(t)
@@ -282,7 +283,7 @@ func TestClaimGoneWithoutDeletion(t *testing.T) {
 	startController(t, runOptions{provisioner: prov})
 	waitGone(ctx, t, b.ob)
 	waitGone(ctx, t, b.secret)
-	waitGone(ctx, t, b.cm)
+	checkLeftToCollector(ctx, t, b.cm, obc.UID)
 	if bucketExists(ctx, t, b.bucket) {
 		t.Errorf("bucket %s of the vanished claim is still there", b.bucket)
 	}
@@ -421,25 +422,25 @@ func TestDeletionWaitsUntilGone(t *testing.T) {
 	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
 	obc := newClaim(ns, "held", class, nil)
 	b := bind(ctx, t, obc)
-	base := b.cm.DeepCopy()
-	controllerutil.AddFinalizer(b.cm, "test/hold")
-	if err := k8s.Patch(ctx, b.cm, client.MergeFrom(base)); err != nil {
+	base := b.secret.DeepCopy()
+	controllerutil.AddFinalizer(b.secret, "test/hold")
+	if err := k8s.Patch(ctx, b.secret, client.MergeFrom(base)); err != nil {
 		t.Fatal(err)
 	}
 	deleteObj(ctx, t, obc)
 	time.Sleep(2 * time.Second)
 	if got := getClaim(ctx, t, k8s, obc); !contains(got.Finalizers, Finalizer) {
-		t.Fatalf("claim lost its finalizer while its ConfigMap still exists")
+		t.Fatalf("claim lost its finalizer while its Secret still exists")
 	}
-	if err := k8s.Get(ctx, client.ObjectKeyFromObject(b.cm), b.cm); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(b.secret), b.secret); err != nil {
 		t.Fatal(err)
 	}
-	if contains(b.cm.Finalizers, Finalizer) {
-		t.Errorf("ConfigMap still has %s after the claim was deleted", Finalizer)
+	if contains(b.secret.Finalizers, Finalizer) {
+		t.Errorf("Secret still has %s after the claim was deleted", Finalizer)
 	}
-	base = b.cm.DeepCopy()
-	controllerutil.RemoveFinalizer(b.cm, "test/hold")
-	if err := k8s.Patch(ctx, b.cm, client.MergeFrom(base)); err != nil {
+	base = b.secret.DeepCopy()
+	controllerutil.RemoveFinalizer(b.secret, "test/hold")
+	if err := k8s.Patch(ctx, b.secret, client.MergeFrom(base)); err != nil {
 		t.Fatal(err)
 	}
 	waitGone(ctx, t, obc)

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -364,6 +365,26 @@ func waitGone(ctx context.Context, t *testing.T, obj client.Object) {
 		}
 		return false, fmt.Sprintf("get: %v", err)
 	})
+}
+
+// checkLeftToCollector checks what is left of a deleted claim's ConfigMap
+// (envtest runs no garbage collector): nothing, or the ConfigMap with no
+// finalizer and the claim's controller reference, which a cluster's
+// garbage collector removes with the claim.
+func checkLeftToCollector(ctx context.Context, t *testing.T, cm *corev1.ConfigMap, claim types.UID) {
+	t.Helper()
+	now := &corev1.ConfigMap{}
+	err := k8s.Get(ctx, client.ObjectKeyFromObject(cm), now)
+	switch {
+	case apierrors.IsNotFound(err):
+		return
+	case err != nil:
+		t.Fatalf("get config map: %v", err)
+	}
+	ref := metav1.GetControllerOf(now)
+	if len(now.Finalizers) != 0 || ref == nil || ref.UID != claim {
+		t.Errorf("ConfigMap left with finalizers %v and controller %+v: the garbage collector could not remove it with claim %s", now.Finalizers, ref, claim)
+	}
 }
 
 // bound is what a bound claim gave its application.

@@ -12,7 +12,8 @@ import (
 // lib-bucket-provisioner used, so tools written for Rook and NooBaa keep
 // finding the objects.
 const (
-	// Finalizer is on the claim, its ObjectBucket, Secret and ConfigMap.
+	// Finalizer is on the claim, its ObjectBucket and its Secret (not its
+	// ConfigMap: see keepsFinalizer).
 	Finalizer = "objectbucket.io/finalizer"
 	// LabelProvisioner marks every object the controller creates; its value
 	// is LabelValue(provisioner name). The manager caches only Secrets and

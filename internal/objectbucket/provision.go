@@ -446,7 +446,9 @@ func (r *Reconciler) put(ctx context.Context, s *scope, obj client.Object, creat
 	return nil
 }
 
-// stamp makes obj one of the claim's: label, controller reference, finalizer.
+// stamp makes obj one of the claim's: label, controller reference, and our
+// finalizer on a Secret only (keepsFinalizer). A ConfigMap stamped before
+// it lost its finalizer has ours removed here.
 func (r *Reconciler) stamp(s *scope, obj client.Object) {
 	obj.SetName(s.claim.Name)
 	obj.SetNamespace(s.claim.Namespace)
@@ -456,7 +458,11 @@ func (r *Reconciler) stamp(s *scope, obj client.Object) {
 	}
 	l[LabelProvisioner] = r.label
 	obj.SetLabels(l)
-	controllerutil.AddFinalizer(obj, Finalizer)
+	if keepsFinalizer(obj) {
+		controllerutil.AddFinalizer(obj, Finalizer)
+	} else {
+		controllerutil.RemoveFinalizer(obj, Finalizer)
+	}
 	blockOwnerDeletion := true
 	isController := true
 	ref := metav1.OwnerReference{
@@ -476,7 +482,19 @@ func (r *Reconciler) stamp(s *scope, obj client.Object) {
 
 // stamped reports whether obj already carries everything stamp adds.
 func (r *Reconciler) stamped(obj client.Object) bool {
-	return obj.GetLabels()[LabelProvisioner] == r.label && controllerutil.ContainsFinalizer(obj, Finalizer)
+	return obj.GetLabels()[LabelProvisioner] == r.label && controllerutil.ContainsFinalizer(obj, Finalizer) == keepsFinalizer(obj)
+}
+
+// keepsFinalizer reports whether our finalizer belongs on obj: on a Secret,
+// which alone holds the claim's keys, so that one deleted by someone is
+// held until its keys are copied and it is recreated with them. A
+// ConfigMap holds only what the ObjectBucket records: one deleted is
+// recreated from it (drift repair), and its controller reference lets the
+// garbage collector remove it with the claim, so a finalizer would cost a
+// request per deletion and hold nothing that matters.
+func keepsFinalizer(obj client.Object) bool {
+	_, ok := obj.(*corev1.Secret)
+	return ok
 }
 
 // release lets a terminating object of ours go (drops our finalizer) and
@@ -802,6 +820,13 @@ func (r *Reconciler) ensureConfigMap(ctx context.Context, s *scope) (reconcile.R
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	if own == foreign && leftByDeletedClaim(cm, s.claim) {
+		uid := cm.UID
+		if err := r.client.Delete(ctx, cm, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("delete the config map of a deleted claim: %w", err)
+		}
+		own = absent
+	}
 	switch own {
 	case foreign:
 		s.fail(ReasonSecretConflict, fmt.Sprintf("ConfigMap %s exists and is not owned by this claim; it was left untouched", s.claim.Name))
@@ -831,6 +856,17 @@ func (r *Reconciler) ensureConfigMap(ctx context.Context, s *scope) (reconcile.R
 		return reconcile.Result{}, fmt.Errorf("write config map: %w", err)
 	}
 	return reconcile.Result{}, r.hit(s, "configmap-written")
+}
+
+// leftByDeletedClaim reports whether obj, named like claim, is controlled
+// by an ObjectBucketClaim of the same name and namespace with another UID:
+// that claim is gone (names are unique in a namespace), and obj waits for
+// the garbage collector, as a ConfigMap does after its claim's deletion. A
+// claim made again under the name deletes it rather than wait.
+func leftByDeletedClaim(obj client.Object, claim *obv1.ObjectBucketClaim) bool {
+	ref := metav1.GetControllerOf(obj)
+	return ref != nil && ref.Kind == obv1.ObjectBucketClaimKind && ref.APIVersion == obv1.GroupVersion.String() &&
+		ref.Name == claim.Name && ref.UID != claim.UID
 }
 
 func mapsEqual(a, b map[string]string) bool {

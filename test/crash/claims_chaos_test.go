@@ -670,7 +670,8 @@ func (x *claimsChaos) checkLiveClaim(c *chaosClaim) {
 
 // checkObjects checks the ObjectBuckets bound to the run's namespace and
 // the Secrets and ConfigMaps in it: exactly one of each per live claim,
-// and none of another claim.
+// and none of another claim (but a deleted claim's ConfigMap left to the
+// garbage collector: leftToCollector).
 func (x *claimsChaos) checkObjects(live map[types.UID]*chaosClaim) {
 	var obs obv1.ObjectBucketList
 	if err := x.k8s.List(x.ctx, &obs); err != nil {
@@ -729,6 +730,9 @@ func (x *claimsChaos) checkObjects(live map[types.UID]*chaosClaim) {
 		objs = append(objs, &cms.Items[i])
 	}
 	for _, obj := range objs {
+		if ref := metav1.GetControllerOf(obj); ref != nil && live[ref.UID] == nil && leftToCollector(obj, ref.UID) {
+			continue // a deleted claim's ConfigMap, the garbage collector's
+		}
 		if _, ok := byName[obj.GetName()]; !ok {
 			story := "not the test's"
 			if i := slices.IndexFunc(x.claims, func(c *chaosClaim) bool { return c.name == obj.GetName() }); i >= 0 {

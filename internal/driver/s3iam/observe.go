@@ -2,7 +2,10 @@ package s3iam
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
@@ -48,16 +51,41 @@ func (d *Driver) Observe(ctx context.Context, req driver.ObserveRequest) (driver
 	return obs, nil
 }
 
-// check asks both endpoints for the smallest listing the driver's
-// credentials must be allowed anyway, and says which one failed and why.
+// check asks each endpoint about one name the driver made up when it was
+// built (probeName), and expects it not to be there: S3 answers a listing of
+// that bucket with NoSuchBucket and IAM a GetUser of that user with
+// NoSuchEntity. Both answers need the request authenticated, so a wrong or
+// unknown key fails as before; and both cost the same however many buckets
+// and users the backend holds, where a listing of buckets or users (even of
+// one) makes versitygw read every bucket's directory entry and every user's
+// file. The IAM call is one the driver's credentials need anyway (Observe's
+// look at a user); the S3 one is allowed by the bucket permissions a driver
+// needs. Any answer about the name (it exists after all) also proves the
+// endpoint works. The two run at once; the error says which one failed and
+// why.
 func (d *Driver) check(ctx context.Context) error {
-	var errs []error
-	if _, err := d.s3.ListBuckets(ctx, &s3.ListBucketsInput{MaxBuckets: aws.Int32(1)}); err != nil {
-		errs = append(errs, endpointError("S3", d.s3Name, err))
+	var s3Err, iamErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, err := d.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(d.probeName), MaxKeys: aws.Int32(1)})
+		if err != nil && !hasCode(err, codesNoBucket...) {
+			s3Err = endpointError("S3", d.s3Name, err)
+		}
+	}()
+	_, err := d.iam.GetUser(ctx, &iam.GetUserInput{UserName: aws.String(d.probeName)})
+	if err != nil && !hasCode(err, codesNoEntity...) {
+		iamErr = endpointError("IAM", d.iamName, err)
 	}
-	_, err := d.iam.ListUsers(ctx, &iam.ListUsersInput{PathPrefix: aws.String(UserPath), MaxItems: aws.Int32(1)})
-	if err != nil {
-		errs = append(errs, endpointError("IAM", d.iamName, err))
-	}
-	return errors.Join(errs...)
+	wg.Wait()
+	return errors.Join(s3Err, iamErr)
+}
+
+// newProbeName returns a bucket and user name nobody else has: the
+// readiness check's (check).
+func newProbeName() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return "bucketbroker-probe-" + hex.EncodeToString(b)
 }

@@ -79,6 +79,9 @@ type Driver struct {
 	// answers 200 to re-creating a bucket the account owns, so there the
 	// driver looks before it creates.
 	createFirst bool
+	// probeName is the bucket and user name the readiness check asks
+	// about, made up at random (check).
+	probeName string
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -130,6 +133,7 @@ func New(cfg Config) (*Driver, error) {
 		partition:   partition(cfg.S3Endpoint, cfg.Region),
 		region:      cfg.Region,
 		createFirst: cfg.S3Endpoint != "" || (cfg.Region != "" && cfg.Region != defaultRegion),
+		probeName:   newProbeName(),
 	}
 	if d.s3Name == "" {
 		d.s3Name = "AWS S3 (" + cfg.Region + ")"
