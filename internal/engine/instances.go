@@ -83,7 +83,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 			} else if err != nil {
 				return Result{}, e.storeErr(ctx, err)
 			}
-			crashpoint.Hit("provision/record-written")
+			crashpoint.Hit(crashpoint.ProvisionRecordWritten)
 			e.log.Info("Provisioning instance", "id", req.InstanceID, "plan", plan.Name, "bucket", fresh.Bucket, "operation", fresh.Op.ID)
 			return e.started(ctx, fresh, OutcomeCreated, how)
 		} else if err != nil {
@@ -102,7 +102,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 			} else if err != nil {
 				return Result{}, e.storeErr(ctx, err)
 			}
-			crashpoint.Hit("provision/record-written")
+			crashpoint.Hit(crashpoint.ProvisionRecordWritten)
 			return e.started(ctx, rec, OutcomeCreated, how)
 		}
 		if rec.Fingerprint != fp {
@@ -463,7 +463,7 @@ func (e *Engine) Deprovision(ctx context.Context, req DeprovisionRequest) (Resul
 		} else if err != nil {
 			return Result{}, e.storeErr(ctx, err)
 		}
-		crashpoint.Hit("deprovision/record-written")
+		crashpoint.Hit(crashpoint.DeprovisionRecordWritten)
 		e.log.Info("Deprovisioning instance", "id", rec.ID, "halting_provision", halting, "operation", rec.Op.ID)
 		e.interrupt(KindInstance, rec.ID)
 		return e.started(ctx, rec, OutcomeOK, e.answering(req.AcceptsIncomplete, plan))
