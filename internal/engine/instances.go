@@ -18,7 +18,8 @@ import (
 const maxCASRetries = 20
 
 // Provision creates the instance's record and drives its provision, or
-// answers a duplicate from the stored record (see the table in DESIGN.md).
+// answers a duplicate from the stored record (see the table "OSB answers"
+// in docs/architecture.md).
 func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, error) {
 	if req.InstanceID == "" {
 		return Result{}, invalidf("instance id is empty")
