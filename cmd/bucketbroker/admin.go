@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bucketbroker/bucketbroker/internal/audit"
+	"github.com/bucketbroker/bucketbroker/internal/backend"
 	"github.com/bucketbroker/bucketbroker/internal/broker"
 	"github.com/bucketbroker/bucketbroker/internal/engine"
 	"github.com/bucketbroker/bucketbroker/internal/s3gateway"
@@ -69,7 +70,8 @@ a new version, or to check that the store is reachable.`,
 var exitDrift = func() { os.Exit(2) }
 
 type auditOptions struct {
-	cfg      broker.Config
+	cfg      backend.Config
+	store    string
 	output   string
 	fix, yes bool
 	purge    bool
@@ -123,7 +125,7 @@ Exit status: 0 no drift (or all of it fixed), 1 the audit could not run,
 			if o.output != "text" && o.output != "json" {
 				return fmt.Errorf("--output %q: want text or json", o.output)
 			}
-			storeFromEnv(cmd, &o.cfg.Store)
+			storeFromEnv(cmd, &o.store)
 			if err := storageFromEnv(&o.cfg); err != nil {
 				return err
 			}
@@ -141,7 +143,7 @@ Exit status: 0 no drift (or all of it fixed), 1 the audit could not run,
 		},
 	}
 	f := cmd.Flags()
-	bindStoreFlag(f, &o.cfg.Store)
+	bindStoreFlag(f, &o.store)
 	bindStorageFlags(f, &o.cfg, storageFlagSet{})
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
 	f.BoolVar(&o.fix, "fix", false, "delete leaks and unknown keys (never missing resources, never anything without our owner mark)")
@@ -159,22 +161,22 @@ func runAudit(cmd *cobra.Command, o auditOptions) (drift bool, err error) {
 	if o.cfg.DataDir, err = filepath.Abs(o.cfg.DataDir); err != nil {
 		return false, fmt.Errorf("data dir: %w", err)
 	}
-	if o.cfg.Driver == broker.DriverEmbedded || o.cfg.Driver == "" {
+	if o.cfg.Driver == backend.DriverEmbedded || o.cfg.Driver == "" {
 		if err := embeddedDataExists(o.cfg); err != nil {
 			return false, err
 		}
 	}
-	store, err := broker.OpenStore(ctx, o.cfg.Store, o.cfg.DataDir)
+	store, err := broker.OpenStore(ctx, o.store, o.cfg.DataDir)
 	if err != nil {
 		return false, err
 	}
 	defer store.Close()
 
-	var backend *broker.Backend
+	var be *backend.Backend
 	// versitygw prints its start-up lines to standard output, where they
 	// would spoil --output json.
 	err = withStdoutOnStderr(func() error {
-		backend, err = broker.StartBackend(ctx, o.cfg)
+		be, err = backend.Start(ctx, o.cfg)
 		return err
 	})
 	if errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, s3gateway.ErrDataDirInUse) {
@@ -190,13 +192,13 @@ func runAudit(cmd *cobra.Command, o auditOptions) (drift bool, err error) {
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if serr := backend.Stop(sctx); serr != nil && err == nil {
+		if serr := be.Stop(sctx); serr != nil && err == nil {
 			err = fmt.Errorf("stop the embedded server: %w", serr)
 		}
 	}()
-	drv, ok := backend.Driver.(audit.Driver)
+	drv, ok := be.Driver.(audit.Driver)
 	if !ok {
-		return false, fmt.Errorf("driver %T cannot list what it made: no audit", backend.Driver)
+		return false, fmt.Errorf("driver %T cannot list what it made: no audit", be.Driver)
 	}
 	opts := audit.Options{Store: store, Driver: drv, Prefix: o.cfg.Prefix, Purge: o.purge}
 	rep, err := audit.Run(ctx, opts)
@@ -239,7 +241,7 @@ func runAudit(cmd *cobra.Command, o auditOptions) (drift bool, err error) {
 // embeddedDataExists refuses to audit a data dir that holds no embedded
 // server: starting one would create an empty server (and new root keys)
 // and report every record's resources missing.
-func embeddedDataExists(cfg broker.Config) error {
+func embeddedDataExists(cfg backend.Config) error {
 	need := []string{filepath.Join(cfg.DataDir, "s3")}
 	if cfg.RootAccessKey == "" {
 		need = append(need, filepath.Join(cfg.DataDir, "s3-root-credentials.json"))

@@ -23,7 +23,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/bucketbroker/bucketbroker/internal/broker"
+	"github.com/bucketbroker/bucketbroker/internal/backend"
 	"github.com/bucketbroker/bucketbroker/internal/buildinfo"
 	"github.com/bucketbroker/bucketbroker/pkg/provisioner"
 )
@@ -38,7 +38,7 @@ type controllerOptions struct {
 	pprofListen      string
 	maxConcurrent    int
 	subRegion        string
-	storage          broker.Config
+	storage          backend.Config
 	log              logOptions
 }
 
@@ -128,12 +128,7 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		return err
 	}
 	defer stopPprof(prof, log)
-	if o.storage.Driver == broker.DriverEmbedded {
-		if err := os.MkdirAll(o.storage.DataDir, 0o700); err != nil {
-			return fmt.Errorf("create data dir: %w", err)
-		}
-	}
-	be, err := broker.StartBackend(ctx, o.storage)
+	be, err := backend.Start(ctx, o.storage)
 	if err != nil {
 		return err
 	}
@@ -144,11 +139,7 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 			log.Error("Stopping the embedded S3 server failed", "err", err)
 		}
 	}()
-	public := o.storage.PublicS3Endpoint
-	if public == "" {
-		public = be.S3Endpoint
-	}
-	host, port, err := hostPort(public)
+	host, port, err := hostPort(be.PublicS3Endpoint)
 	if err != nil {
 		return err
 	}

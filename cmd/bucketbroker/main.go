@@ -136,7 +136,7 @@ certificate, so a rotation (cert-manager) needs no restart.`,
 			}
 			cfg.Username, cfg.Password = os.Getenv("BUCKETBROKER_USERNAME"), os.Getenv("BUCKETBROKER_PASSWORD")
 			storeFromEnv(cmd, &cfg.Store)
-			if err := storageFromEnv(&cfg); err != nil {
+			if err := storageFromEnv(&cfg.Config); err != nil {
 				return err
 			}
 			if err := checkPprofFlag(pprofListen); err != nil {
@@ -153,7 +153,7 @@ certificate, so a rotation (cert-manager) needs no restart.`,
 	bindStoreFlag(f, &cfg.Store)
 	f.StringVar(&cfg.CatalogFile, "catalog", "", "OSB catalog file, YAML or JSON (default: the built-in s3-bucket service)")
 	f.StringVar(&cfg.EncryptionKeyFile, "encryption-key-file", "", "file with the AES-256 key that seals stored secrets, base64 (default <data-dir>/encryption.key, created when missing)")
-	bindStorageFlags(f, &cfg, storageFlagSet{publicEndpoint: true})
+	bindStorageFlags(f, &cfg.Config, storageFlagSet{publicEndpoint: true})
 	f.DurationVar(&cfg.AsyncTimeout, "async-timeout", 30*time.Minute, "an asynchronous operation that has not finished by then fails")
 	f.DurationVar(&cfg.SyncTimeout, "sync-timeout", 60*time.Second, "a synchronous operation that has not finished by then fails")
 	f.DurationVar(&cfg.SyncBudget, "sync-budget", 5*time.Second, "with accepts_incomplete=true, how long a request waits for an operation its plan does not require to be asynchronous: finished by then, it is answered synchronously (credentials included), else 202 (0: always 202)")
