@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bucketbroker/bucketbroker/internal/audit"
+	"github.com/bucketbroker/bucketbroker/internal/backend"
 	"github.com/bucketbroker/bucketbroker/internal/broker"
 	"github.com/bucketbroker/bucketbroker/internal/engine"
 	"github.com/bucketbroker/bucketbroker/internal/s3gateway"
@@ -47,9 +48,7 @@ a new version, or to check that the store is reachable.`,
   bucketbroker admin migrate --data-dir ./data`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !cmd.Flags().Changed("store") {
-				store = os.Getenv("BUCKETBROKER_STORE")
-			}
+			storeFromEnv(cmd, &store)
 			s, err := broker.OpenStore(cmd.Context(), store, dataDir)
 			if err != nil {
 				return err
@@ -61,8 +60,8 @@ a new version, or to check that the store is reachable.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&store, "store", "", "state store: a PostgreSQL DSN or a SQLite file (default <data-dir>/bucketbroker.db); also from BUCKETBROKER_STORE")
-	cmd.Flags().StringVar(&dataDir, "data-dir", "./data", "folder of the default SQLite file")
+	bindStoreFlag(cmd.Flags(), &store)
+	bindDataDirFlag(cmd.Flags(), &dataDir)
 	return cmd
 }
 
@@ -71,7 +70,8 @@ a new version, or to check that the store is reachable.`,
 var exitDrift = func() { os.Exit(2) }
 
 type auditOptions struct {
-	cfg      broker.Config
+	cfg      backend.Config
+	store    string
 	output   string
 	fix, yes bool
 	purge    bool
@@ -125,12 +125,9 @@ Exit status: 0 no drift (or all of it fixed), 1 the audit could not run,
 			if o.output != "text" && o.output != "json" {
 				return fmt.Errorf("--output %q: want text or json", o.output)
 			}
-			if !cmd.Flags().Changed("store") {
-				o.cfg.Store = os.Getenv("BUCKETBROKER_STORE")
-			}
-			o.cfg.RootAccessKey, o.cfg.RootSecretKey = os.Getenv("BUCKETBROKER_S3_ROOT_ACCESS_KEY"), os.Getenv("BUCKETBROKER_S3_ROOT_SECRET_KEY")
-			if o.cfg.Driver == broker.DriverS3IAM && (o.cfg.RootAccessKey == "" || o.cfg.RootSecretKey == "") {
-				return fmt.Errorf("--driver s3iam needs BUCKETBROKER_S3_ROOT_ACCESS_KEY and BUCKETBROKER_S3_ROOT_SECRET_KEY in the environment")
+			storeFromEnv(cmd, &o.store)
+			if err := storageFromEnv(&o.cfg); err != nil {
+				return err
 			}
 			if o.fix && !o.yes && !isTerminal(cmd.InOrStdin()) {
 				return fmt.Errorf("--fix deletes backend resources and asks for confirmation, but standard input is not a terminal: pass --yes to fix without asking")
@@ -146,16 +143,8 @@ Exit status: 0 no drift (or all of it fixed), 1 the audit could not run,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.cfg.DataDir, "data-dir", "./data", "serve's --data-dir: the default SQLite store and (embedded driver) the embedded server's data")
-	f.StringVar(&o.cfg.Store, "store", "", "state store: a PostgreSQL DSN or a SQLite file (default <data-dir>/bucketbroker.db); also from BUCKETBROKER_STORE")
-	f.StringVar(&o.cfg.Driver, "driver", broker.DriverEmbedded, "storage driver: embedded (start the embedded server on --data-dir) or s3iam (any S3 + IAM API endpoint, a running serve's included)")
-	f.StringVar(&o.cfg.S3Listen, "s3-listen", "127.0.0.1:9000", "embedded driver: address of the S3 API (serve's)")
-	f.StringVar(&o.cfg.IAMListen, "iam-listen", "127.0.0.1:9001", "embedded driver: address of the IAM API (serve's)")
-	f.StringVar(&o.cfg.S3Endpoint, "s3-endpoint", "", "s3iam driver: S3 API URL (empty: AWS S3)")
-	f.StringVar(&o.cfg.IAMEndpoint, "iam-endpoint", "", "s3iam driver: IAM API URL (empty: AWS IAM)")
-	f.StringVar(&o.cfg.Region, "region", "us-east-1", "S3 region")
-	f.BoolVar(&o.cfg.PathStyle, "path-style", false, "s3iam driver: path-style bucket addressing")
-	f.StringVar(&o.cfg.Prefix, "name-prefix", "bb", "serve's --name-prefix: only resources named under it are judged")
+	bindStoreFlag(f, &o.store)
+	bindStorageFlags(f, &o.cfg, storageFlagSet{})
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
 	f.BoolVar(&o.fix, "fix", false, "delete leaks and unknown keys (never missing resources, never anything without our owner mark)")
 	f.BoolVar(&o.yes, "yes", false, "with --fix: do not ask for confirmation")
@@ -172,22 +161,22 @@ func runAudit(cmd *cobra.Command, o auditOptions) (drift bool, err error) {
 	if o.cfg.DataDir, err = filepath.Abs(o.cfg.DataDir); err != nil {
 		return false, fmt.Errorf("data dir: %w", err)
 	}
-	if o.cfg.Driver == broker.DriverEmbedded || o.cfg.Driver == "" {
+	if o.cfg.Driver == backend.DriverEmbedded || o.cfg.Driver == "" {
 		if err := embeddedDataExists(o.cfg); err != nil {
 			return false, err
 		}
 	}
-	store, err := broker.OpenStore(ctx, o.cfg.Store, o.cfg.DataDir)
+	store, err := broker.OpenStore(ctx, o.store, o.cfg.DataDir)
 	if err != nil {
 		return false, err
 	}
 	defer store.Close()
 
-	var backend *broker.Backend
+	var be *backend.Backend
 	// versitygw prints its start-up lines to standard output, where they
 	// would spoil --output json.
 	err = withStdoutOnStderr(func() error {
-		backend, err = broker.StartBackend(ctx, o.cfg)
+		be, err = backend.Start(ctx, o.cfg)
 		return err
 	})
 	if errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, s3gateway.ErrDataDirInUse) {
@@ -203,13 +192,13 @@ func runAudit(cmd *cobra.Command, o auditOptions) (drift bool, err error) {
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if serr := backend.Stop(sctx); serr != nil && err == nil {
+		if serr := be.Stop(sctx); serr != nil && err == nil {
 			err = fmt.Errorf("stop the embedded server: %w", serr)
 		}
 	}()
-	drv, ok := backend.Driver.(audit.Driver)
+	drv, ok := be.Driver.(audit.Driver)
 	if !ok {
-		return false, fmt.Errorf("driver %T cannot list what it made: no audit", backend.Driver)
+		return false, fmt.Errorf("driver %T cannot list what it made: no audit", be.Driver)
 	}
 	opts := audit.Options{Store: store, Driver: drv, Prefix: o.cfg.Prefix, Purge: o.purge}
 	rep, err := audit.Run(ctx, opts)
@@ -252,7 +241,7 @@ func runAudit(cmd *cobra.Command, o auditOptions) (drift bool, err error) {
 // embeddedDataExists refuses to audit a data dir that holds no embedded
 // server: starting one would create an empty server (and new root keys)
 // and report every record's resources missing.
-func embeddedDataExists(cfg broker.Config) error {
+func embeddedDataExists(cfg backend.Config) error {
 	need := []string{filepath.Join(cfg.DataDir, "s3")}
 	if cfg.RootAccessKey == "" {
 		need = append(need, filepath.Join(cfg.DataDir, "s3-root-credentials.json"))
@@ -319,15 +308,13 @@ type storeFlags struct {
 }
 
 func (f *storeFlags) bind(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.store, "store", "", "state store: a PostgreSQL DSN or a SQLite file (default <data-dir>/bucketbroker.db); also from BUCKETBROKER_STORE")
-	cmd.Flags().StringVar(&f.dataDir, "data-dir", "./data", "folder of the default SQLite file")
+	bindStoreFlag(cmd.Flags(), &f.store)
+	bindDataDirFlag(cmd.Flags(), &f.dataDir)
 }
 
 // open opens the store as a RawStore.
 func (f *storeFlags) open(cmd *cobra.Command) (store.RawStore, func() error, error) {
-	if !cmd.Flags().Changed("store") {
-		f.store = os.Getenv("BUCKETBROKER_STORE")
-	}
+	storeFromEnv(cmd, &f.store)
 	s, err := broker.OpenStore(cmd.Context(), f.store, f.dataDir)
 	if err != nil {
 		return nil, nil, err

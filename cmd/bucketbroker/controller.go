@@ -23,7 +23,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/bucketbroker/bucketbroker/internal/broker"
+	"github.com/bucketbroker/bucketbroker/internal/backend"
 	"github.com/bucketbroker/bucketbroker/internal/buildinfo"
 	"github.com/bucketbroker/bucketbroker/pkg/provisioner"
 )
@@ -35,9 +35,10 @@ type controllerOptions struct {
 	leaderElectionNS string
 	metricsAddr      string
 	probeAddr        string
+	pprofListen      string
 	maxConcurrent    int
 	subRegion        string
-	storage          broker.Config
+	storage          backend.Config
 	log              logOptions
 }
 
@@ -71,9 +72,11 @@ Credentials come from the environment (never from flags):
     --iam-endpoint http://s3.internal:7071 --path-style`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.storage.RootAccessKey, o.storage.RootSecretKey = os.Getenv("BUCKETBROKER_S3_ROOT_ACCESS_KEY"), os.Getenv("BUCKETBROKER_S3_ROOT_SECRET_KEY")
-			if o.storage.Driver == broker.DriverS3IAM && (o.storage.RootAccessKey == "" || o.storage.RootSecretKey == "") {
-				return fmt.Errorf("--driver s3iam needs BUCKETBROKER_S3_ROOT_ACCESS_KEY and BUCKETBROKER_S3_ROOT_SECRET_KEY in the environment")
+			if err := storageFromEnv(&o.storage); err != nil {
+				return err
+			}
+			if err := checkPprofFlag(o.pprofListen); err != nil {
+				return err
 			}
 			return runController(cmd, o)
 		},
@@ -87,17 +90,8 @@ Credentials come from the environment (never from flags):
 	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables them)")
 	f.IntVar(&o.maxConcurrent, "max-concurrent-reconciles", provisioner.DefaultMaxConcurrentReconciles, "claims handled in parallel")
 	f.StringVar(&o.subRegion, "sub-region", "", "value of BUCKET_SUBREGION in claims' ConfigMaps")
-	s := &o.storage
-	f.StringVar(&s.Driver, "driver", broker.DriverEmbedded, "storage driver: embedded (in-process S3 + IAM server) or s3iam (any external S3 + IAM API endpoint)")
-	f.StringVar(&s.DataDir, "data-dir", "./data", "embedded driver: folder for objects, IAM data and generated root keys")
-	f.StringVar(&s.S3Listen, "s3-listen", "127.0.0.1:9000", "embedded driver: address of the S3 API")
-	f.StringVar(&s.IAMListen, "iam-listen", "127.0.0.1:9001", "embedded driver: address of the IAM API")
-	f.StringVar(&s.S3Endpoint, "s3-endpoint", "", "s3iam driver: S3 API URL (empty: AWS S3)")
-	f.StringVar(&s.IAMEndpoint, "iam-endpoint", "", "s3iam driver: IAM API URL (empty: AWS IAM)")
-	f.StringVar(&s.Region, "region", "us-east-1", "S3 region")
-	f.BoolVar(&s.PathStyle, "path-style", false, "s3iam driver: path-style bucket addressing (most non-AWS servers need it)")
-	f.StringVar(&s.PublicS3Endpoint, "public-s3-endpoint", "", "S3 URL written into claims' ConfigMaps (BUCKET_HOST, BUCKET_PORT), when applications reach the backend by another address")
-	f.StringVar(&s.Prefix, "name-prefix", "bb", "prefix of backend bucket and user names (1-16 of a-z, 0-9, -)")
+	bindStorageFlags(f, &o.storage, storageFlagSet{publicEndpoint: true})
+	bindPprofFlag(f, &o.pprofListen)
 	o.log.bind(cmd)
 	return cmd
 }
@@ -129,12 +123,12 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 	if _, err := stdoutThroughLogger(log); err != nil {
 		return err
 	}
-	if o.storage.Driver == broker.DriverEmbedded {
-		if err := os.MkdirAll(o.storage.DataDir, 0o700); err != nil {
-			return fmt.Errorf("create data dir: %w", err)
-		}
+	prof, err := startPprof(o.pprofListen, log)
+	if err != nil {
+		return err
 	}
-	be, err := broker.StartBackend(ctx, o.storage)
+	defer stopPprof(prof, log)
+	be, err := backend.Start(ctx, o.storage)
 	if err != nil {
 		return err
 	}
@@ -145,11 +139,7 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 			log.Error("Stopping the embedded S3 server failed", "err", err)
 		}
 	}()
-	public := o.storage.PublicS3Endpoint
-	if public == "" {
-		public = be.S3Endpoint
-	}
-	host, port, err := hostPort(public)
+	host, port, err := hostPort(be.PublicS3Endpoint)
 	if err != nil {
 		return err
 	}

@@ -89,6 +89,7 @@ func checkLeaseFlags(cfg broker.Config) error {
 func newServeCommand() *cobra.Command {
 	cfg := broker.Config{}
 	var logOpts logOptions
+	var pprofListen string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the OSB broker",
@@ -134,34 +135,25 @@ certificate, so a rotation (cert-manager) needs no restart.`,
 				return err
 			}
 			cfg.Username, cfg.Password = os.Getenv("BUCKETBROKER_USERNAME"), os.Getenv("BUCKETBROKER_PASSWORD")
-			if !cmd.Flags().Changed("store") {
-				cfg.Store = os.Getenv("BUCKETBROKER_STORE") // a DSN may hold a password: keep it out of ps
+			storeFromEnv(cmd, &cfg.Store)
+			if err := storageFromEnv(&cfg.Config); err != nil {
+				return err
 			}
-			cfg.RootAccessKey, cfg.RootSecretKey = os.Getenv("BUCKETBROKER_S3_ROOT_ACCESS_KEY"), os.Getenv("BUCKETBROKER_S3_ROOT_SECRET_KEY")
-			if cfg.Driver == broker.DriverS3IAM && (cfg.RootAccessKey == "" || cfg.RootSecretKey == "") {
-				return fmt.Errorf("--driver s3iam needs BUCKETBROKER_S3_ROOT_ACCESS_KEY and BUCKETBROKER_S3_ROOT_SECRET_KEY in the environment")
+			if err := checkPprofFlag(pprofListen); err != nil {
+				return err
 			}
 			if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
 				return fmt.Errorf("--tls-cert-file and --tls-key-file go together: give both, or neither for plain HTTP")
 			}
-			return serve(cmd, cfg)
+			return serve(cmd, cfg, pprofListen)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address of the OSB API")
-	f.StringVar(&cfg.DataDir, "data-dir", "./data", "folder for state, the encryption key and (embedded driver) objects")
-	f.StringVar(&cfg.Store, "store", "", "state store: a PostgreSQL DSN (postgres://user@host/db, for several replicas) or a SQLite file (default <data-dir>/bucketbroker.db); also from BUCKETBROKER_STORE")
+	bindStoreFlag(f, &cfg.Store)
 	f.StringVar(&cfg.CatalogFile, "catalog", "", "OSB catalog file, YAML or JSON (default: the built-in s3-bucket service)")
 	f.StringVar(&cfg.EncryptionKeyFile, "encryption-key-file", "", "file with the AES-256 key that seals stored secrets, base64 (default <data-dir>/encryption.key, created when missing)")
-	f.StringVar(&cfg.Driver, "driver", broker.DriverEmbedded, "storage driver: embedded (in-process S3 + IAM server) or s3iam (any external S3 + IAM API endpoint)")
-	f.StringVar(&cfg.S3Listen, "s3-listen", "127.0.0.1:9000", "embedded driver: address of the S3 API")
-	f.StringVar(&cfg.IAMListen, "iam-listen", "127.0.0.1:9001", "embedded driver: address of the IAM API")
-	f.StringVar(&cfg.S3Endpoint, "s3-endpoint", "", "s3iam driver: S3 API URL (empty: AWS S3)")
-	f.StringVar(&cfg.IAMEndpoint, "iam-endpoint", "", "s3iam driver: IAM API URL (empty: AWS IAM)")
-	f.StringVar(&cfg.Region, "region", "us-east-1", "S3 region")
-	f.BoolVar(&cfg.PathStyle, "path-style", false, "s3iam driver: path-style bucket addressing (most non-AWS servers need it)")
-	f.StringVar(&cfg.PublicS3Endpoint, "public-s3-endpoint", "", "S3 URL put into binding credentials, when applications reach the backend by another address")
-	f.StringVar(&cfg.Prefix, "name-prefix", "bb", "prefix of backend bucket and user names (1-16 of a-z, 0-9, -)")
+	bindStorageFlags(f, &cfg.Config, storageFlagSet{publicEndpoint: true})
 	f.DurationVar(&cfg.AsyncTimeout, "async-timeout", 30*time.Minute, "an asynchronous operation that has not finished by then fails")
 	f.DurationVar(&cfg.SyncTimeout, "sync-timeout", 60*time.Second, "a synchronous operation that has not finished by then fails")
 	f.DurationVar(&cfg.SyncBudget, "sync-budget", 5*time.Second, "with accepts_incomplete=true, how long a request waits for an operation its plan does not require to be asynchronous: finished by then, it is answered synchronously (credentials included), else 202 (0: always 202)")
@@ -171,11 +163,12 @@ certificate, so a rotation (cert-manager) needs no restart.`,
 	f.IntVar(&cfg.Workers, "workers", 32, "operations driven at once; the others wait in a queue, those a request has just started first")
 	f.StringVar(&cfg.TLSCertFile, "tls-cert-file", "", "PEM certificate (chain) of the OSB API; with --tls-key-file it serves HTTPS, TLS 1.2+, reloaded when the files change")
 	f.StringVar(&cfg.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
+	bindPprofFlag(f, &pprofListen)
 	logOpts.bind(cmd)
 	return cmd
 }
 
-func serve(cmd *cobra.Command, cfg broker.Config) error {
+func serve(cmd *cobra.Command, cfg broker.Config, pprofListen string) error {
 	out := cmd.OutOrStdout()
 	if stdout, err := stdoutThroughLogger(cfg.Logger); err != nil {
 		return err
@@ -184,6 +177,11 @@ func serve(cmd *cobra.Command, cfg broker.Config) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	prof, err := startPprof(pprofListen, cfg.Logger)
+	if err != nil {
+		return err
+	}
+	defer stopPprof(prof, cfg.Logger)
 	b, err := broker.Start(ctx, cfg)
 	if err != nil {
 		return err

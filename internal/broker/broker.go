@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -21,35 +20,33 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/bucketbroker/bucketbroker/internal/backend"
 	"github.com/bucketbroker/bucketbroker/internal/buildinfo"
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
-	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
 	"github.com/bucketbroker/bucketbroker/internal/engine"
 	"github.com/bucketbroker/bucketbroker/internal/osb"
-	"github.com/bucketbroker/bucketbroker/internal/s3gateway"
 	"github.com/bucketbroker/bucketbroker/internal/secretbox"
 	"github.com/bucketbroker/bucketbroker/internal/store/postgres"
 	"github.com/bucketbroker/bucketbroker/internal/store/sqlite"
 	"github.com/bucketbroker/bucketbroker/internal/tlsreload"
-	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
-// Drivers bucketbroker can use.
+// Drivers bucketbroker can use (see package backend).
 const (
-	// DriverEmbedded starts an S3 + IAM server in-process and uses the
-	// s3iam driver against it.
-	DriverEmbedded = "embedded"
-	// DriverS3IAM uses any external S3 + IAM API endpoint.
-	DriverS3IAM = "s3iam"
+	DriverEmbedded = backend.DriverEmbedded
+	DriverS3IAM    = backend.DriverS3IAM
 )
 
 // Config is everything `bucketbroker serve` needs.
 type Config struct {
+	// Config is the storage side (driver, data dir, endpoints, root keys,
+	// name prefix, logger), which package backend starts. Its DataDir also
+	// holds the state file, the encryption key, the generated OSB API
+	// password and the replica id.
+	backend.Config
+
 	// Listen is the OSB API address.
 	Listen string
-	// DataDir holds the state file, the encryption key and, for the
-	// embedded driver, objects and IAM data.
-	DataDir string
 	// Store names the state store: a PostgreSQL DSN (postgres://...), or a
 	// SQLite file; empty means DataDir/bucketbroker.db.
 	Store string
@@ -67,23 +64,6 @@ type Config struct {
 	// means DataDir/encryption.key, created when missing.
 	EncryptionKeyFile string
 
-	Driver string
-	// S3Listen and IAMListen are the embedded server's addresses.
-	S3Listen, IAMListen string
-	// S3Endpoint, IAMEndpoint, Region and PathStyle are the s3iam driver's
-	// external endpoint.
-	S3Endpoint, IAMEndpoint, Region string
-	PathStyle                       bool
-	// PublicS3Endpoint is the S3 URL given to applications in credentials;
-	// empty means the endpoint the driver uses.
-	PublicS3Endpoint string
-	// RootAccessKey and RootSecretKey are the backend root credentials;
-	// for the embedded driver, empty ones are generated and kept in the
-	// data dir.
-	RootAccessKey, RootSecretKey string
-
-	// Prefix starts backend bucket and user names.
-	Prefix string
 	// AsyncTimeout and SyncTimeout bound operations (see engine.Options).
 	AsyncTimeout, SyncTimeout time.Duration
 	// SyncBudget is how long a request with accepts_incomplete=true waits
@@ -102,8 +82,6 @@ type Config struct {
 	// Workers is how many operations the engine drives at once (0: the
 	// engine's default; see engine.Options).
 	Workers int
-
-	Logger *slog.Logger
 }
 
 // Broker is a running bucketbroker.
@@ -111,7 +89,7 @@ type Broker struct {
 	cfg      Config
 	log      *slog.Logger
 	store    Store
-	gateway  *s3gateway.Server
+	backend  *backend.Backend
 	engine   *engine.Engine
 	server   *http.Server
 	listener net.Listener
@@ -197,16 +175,15 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 		return nil, err
 	}
 
-	drv, endpoint, err := b.startBackend(ctx, &cfg)
-	if err != nil {
+	if b.backend, err = backend.Start(ctx, cfg.Config); err != nil {
 		return nil, err
 	}
-	obsCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	_, err = drv.Observe(obsCtx, driver.ObserveRequest{})
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("storage backend check failed: %w", err)
-	}
+	be := b.backend
+	drv := be.Driver
+	endpoint := engine.Endpoint{URL: be.PublicS3Endpoint, Region: be.Region, PathStyle: be.PathStyle}
+	b.S3Endpoint, b.IAMEndpoint = be.S3Endpoint, be.IAMEndpoint
+	b.RootAccessKey, b.RootSecretKey = be.RootAccessKey, be.RootSecretKey
+	b.Generated.RootCredentials, b.Generated.RootCredentialsFile = be.GeneratedRootCredentials, be.RootCredentialsFile
 
 	replica := cfg.ReplicaID
 	if replica == "" {
@@ -251,7 +228,7 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 	h, err := osb.NewHandler(osb.Options{
 		Instances: b.engine, Bindings: b.engine, Catalog: catJSON,
 		Username: b.Username, Password: b.Password, Logger: b.log,
-		Registerer: reg, Gatherer: reg, Ready: b.ready(drv),
+		Registerer: reg, Gatherer: reg, Ready: b.ready(),
 		Warnings: func() []string {
 			if n := unreadable(); n > 0 {
 				return []string{fmt.Sprintf("%d records in the store cannot be read and are skipped: run `bucketbroker admin records`", n)}
@@ -326,120 +303,18 @@ func OpenStore(ctx context.Context, spec, dataDir string) (Store, error) {
 	return s, nil
 }
 
-func (b *Broker) startBackend(ctx context.Context, cfg *Config) (driver.Driver, engine.Endpoint, error) {
-	dcfg := s3iam.Config{Region: cfg.Region, PathStyle: cfg.PathStyle}
-	switch cfg.Driver {
-	case DriverEmbedded, "":
-		var err error
-		if cfg.RootAccessKey == "" || cfg.RootSecretKey == "" {
-			b.Generated.RootCredentialsFile = filepath.Join(cfg.DataDir, "s3-root-credentials.json")
-			cfg.RootAccessKey, cfg.RootSecretKey, err = rootCredentials(b.Generated.RootCredentialsFile)
-			if err != nil {
-				return nil, engine.Endpoint{}, err
-			}
-			b.Generated.RootCredentials = true
-		}
-		b.gateway, err = s3gateway.Start(ctx, s3gateway.Config{
-			DataDir: filepath.Join(cfg.DataDir, "s3"), S3Listen: cfg.S3Listen, IAMListen: cfg.IAMListen,
-			RootAccessKey: cfg.RootAccessKey, RootSecretKey: cfg.RootSecretKey, Region: cfg.Region,
-			Logger: cfg.Logger,
-		})
-		if err != nil {
-			return nil, engine.Endpoint{}, err
-		}
-		dcfg.S3Endpoint, dcfg.IAMEndpoint, dcfg.Region, dcfg.PathStyle = b.gateway.S3Endpoint(), b.gateway.IAMEndpoint(), b.gateway.Region(), true
-	case DriverS3IAM:
-		dcfg.S3Endpoint, dcfg.IAMEndpoint = cfg.S3Endpoint, cfg.IAMEndpoint
-	default:
-		return nil, engine.Endpoint{}, fmt.Errorf("unknown driver %q (want %s or %s)", cfg.Driver, DriverEmbedded, DriverS3IAM)
-	}
-	dcfg.AccessKeyID, dcfg.SecretAccessKey = cfg.RootAccessKey, cfg.RootSecretKey
-	b.RootAccessKey, b.RootSecretKey = cfg.RootAccessKey, cfg.RootSecretKey
-	b.S3Endpoint, b.IAMEndpoint = dcfg.S3Endpoint, dcfg.IAMEndpoint
-	drv, err := s3iam.New(dcfg)
-	if err != nil {
-		return nil, engine.Endpoint{}, err
-	}
-	region := dcfg.Region
-	if region == "" {
-		region = "us-east-1"
-	}
-	public := cfg.PublicS3Endpoint
-	if public == "" {
-		public = dcfg.S3Endpoint
-	}
-	return drv, engine.Endpoint{URL: public, Region: region, PathStyle: dcfg.PathStyle}, nil
-}
-
-// Backend is the storage side of a Config on its own: the driver and, for
-// the embedded driver, the in-process server it talks to. Tools that need
-// the backend without the broker (admin audit) start it with StartBackend.
-type Backend struct {
-	// Driver is the s3iam driver for the backend.
-	Driver driver.Driver
-	// S3Endpoint and IAMEndpoint are the backend's endpoints.
-	S3Endpoint, IAMEndpoint string
-	gateway                 *s3gateway.Server
-}
-
-// StartBackend starts what cfg's storage settings name (Driver, the
-// embedded server's listen addresses and data dir, or the external
-// endpoints; root keys) exactly as Start does, and checks that it answers.
-// For the embedded driver it starts the server on cfg.DataDir: a listen
-// address already in use fails with an error wrapping syscall.EADDRINUSE.
-func StartBackend(ctx context.Context, cfg Config) (_ *Backend, err error) {
-	if cfg.DataDir, err = filepath.Abs(cfg.DataDir); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
-	}
-	b := &Broker{cfg: cfg}
-	drv, _, err := b.startBackend(ctx, &cfg)
-	if err != nil {
-		return nil, err
-	}
-	be := &Backend{Driver: drv, S3Endpoint: b.S3Endpoint, IAMEndpoint: b.IAMEndpoint, gateway: b.gateway}
-	obsCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	_, err = drv.Observe(obsCtx, driver.ObserveRequest{})
-	cancel()
-	if err != nil {
-		_ = be.Stop(context.Background())
-		return nil, fmt.Errorf("storage backend check failed: %w", err)
-	}
-	return be, nil
-}
-
 // readyTimeout bounds one readiness check: a probe must answer before the
 // kubelet's own timeout gives up on it.
 const readyTimeout = 5 * time.Second
 
-// Ready checks that the backend answers with the root credentials, as
-// serve's /readyz does: the controller's /readyz runs it.
-func (b *Backend) Ready(ctx context.Context) error {
-	return backendReady(ctx, b.Driver)
-}
-
-func backendReady(ctx context.Context, drv driver.Driver) error {
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	_, err := drv.Observe(ctx, driver.ObserveRequest{})
-	return err
-}
-
-// Stop stops the embedded server, if there is one.
-func (b *Backend) Stop(ctx context.Context) error {
-	if b.gateway == nil {
-		return nil
-	}
-	return b.gateway.Stop(ctx)
-}
-
-func (b *Broker) ready(drv driver.Driver) func(context.Context) error {
+func (b *Broker) ready() func(context.Context) error {
 	return func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 		defer cancel()
 		if _, err := b.store.Get(ctx, engine.KindInstance, "readiness-probe"); err != nil && !errors.Is(err, engine.ErrNotFound) {
 			return &osb.CheckError{Check: "store", Err: err}
 		}
-		if err := backendReady(ctx, drv); err != nil {
+		if err := b.backend.Ready(ctx); err != nil {
 			return &osb.CheckError{Check: "storage backend", Err: err}
 		}
 		return nil
@@ -467,39 +342,11 @@ func (b *Broker) close(ctx context.Context) error {
 	if b.engine != nil {
 		errs = append(errs, b.engine.Shutdown(ctx))
 	}
-	if b.gateway != nil {
-		errs = append(errs, b.gateway.Stop(ctx))
-	}
+	errs = append(errs, b.backend.Stop(ctx))
 	if b.store != nil {
 		errs = append(errs, b.store.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// rootCredentials loads the embedded server's root keys from path, or
-// generates and stores them (0600) on first start.
-func rootCredentials(path string) (access, secret string, err error) {
-	var c struct {
-		AccessKey string `json:"accessKey"`
-		SecretKey string `json:"secretKey"`
-	}
-	data, err := os.ReadFile(path)
-	if err == nil {
-		if err := json.Unmarshal(data, &c); err != nil || c.AccessKey == "" || c.SecretKey == "" {
-			return "", "", fmt.Errorf("embedded S3 root credentials file %s is corrupt; remove it only together with the data dir's s3 folder", path)
-		}
-		return c.AccessKey, c.SecretKey, nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return "", "", fmt.Errorf("read embedded S3 root credentials: %w", err)
-	}
-	c.AccessKey = "BBROOT" + strings.ToUpper(randomString(14))[:14]
-	c.SecretKey = randomString(40)
-	data, _ = json.Marshal(c)
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		return "", "", fmt.Errorf("store embedded S3 root credentials: %w", err)
-	}
-	return c.AccessKey, c.SecretKey, nil
 }
 
 // brokerPassword reads the OSB API password generated for this data dir,

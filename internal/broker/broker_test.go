@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bucketbroker/bucketbroker/internal/backend"
 )
 
 func closedPort(t *testing.T) string {
@@ -30,13 +32,13 @@ func TestStartFailsClearly(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		"unreachable backend": {Config{Driver: DriverS3IAM, S3Endpoint: "http://" + closedPort(t), IAMEndpoint: "http://" + closedPort(t),
-			RootAccessKey: "a", RootSecretKey: "b", PathStyle: true}, "storage backend check failed"},
+		"unreachable backend": {Config{Config: backend.Config{Driver: DriverS3IAM, S3Endpoint: "http://" + closedPort(t), IAMEndpoint: "http://" + closedPort(t),
+			RootAccessKey: "a", RootSecretKey: "b", PathStyle: true}}, "storage backend check failed"},
 		"bad catalog":       {Config{CatalogFile: badCatalog}, "no services"},
-		"unknown driver":    {Config{Driver: "ceph-magic"}, `unknown driver "ceph-magic"`},
+		"unknown driver":    {Config{Config: backend.Config{Driver: "ceph-magic"}}, `unknown driver "ceph-magic"`},
 		"TLS key alone":     {Config{TLSKeyFile: "tls.key"}, "TLS needs both"},
 		"TLS files missing": {Config{TLSCertFile: "/nonexistent/tls.crt", TLSKeyFile: "/nonexistent/tls.key"}, "/nonexistent/tls.crt"},
-		"bad prefix":        {Config{Prefix: "UPPER", Driver: DriverS3IAM, S3Endpoint: "http://" + closedPort(t), IAMEndpoint: "http://" + closedPort(t), RootAccessKey: "a", RootSecretKey: "b"}, ""},
+		"bad prefix":        {Config{Config: backend.Config{Prefix: "UPPER", Driver: DriverS3IAM, S3Endpoint: "http://" + closedPort(t), IAMEndpoint: "http://" + closedPort(t), RootAccessKey: "a", RootSecretKey: "b"}}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			tc.cfg.DataDir, tc.cfg.Listen = t.TempDir(), "127.0.0.1:0"
@@ -55,7 +57,7 @@ func TestStartFailsClearly(t *testing.T) {
 func TestServeEmbedded(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	b, err := Start(ctx, Config{DataDir: dir, Listen: "127.0.0.1:0", S3Listen: "127.0.0.1:0", IAMListen: "127.0.0.1:0"})
+	b, err := Start(ctx, Config{Listen: "127.0.0.1:0", Config: backend.Config{DataDir: dir, S3Listen: "127.0.0.1:0", IAMListen: "127.0.0.1:0"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,63 +13,115 @@ const EnvVar = "BUCKETBROKER_CRASH_AT"
 // shell reports for SIGKILL.
 const ExitCode = 137
 
+// Point is a named crash point: "<operation>/<what has just happened>", or
+// "<resource>/<what>" for a driver's (see the package doc). Hit takes one,
+// so that a call site names a constant below, and the harnesses' lists
+// (Points, ClaimPoints) are checked against the call sites by this
+// package's tests.
+type Point string
+
+// The OSB engine's points (internal/engine) and the driver's
+// (internal/driver/s3iam), in the order a provision, a deprovision, a
+// bind and an unbind pass them.
+const (
+	ProvisionRecordWritten     Point = "provision/record-written"
+	BucketCreatedUnmarked      Point = "bucket/created-unmarked"
+	ProvisionBucketCreated     Point = "provision/bucket-created"
+	DeprovisionRecordWritten   Point = "deprovision/record-written"
+	DeprovisionBindingsRevoked Point = "deprovision/bindings-revoked"
+	DeprovisionBucketDeleted   Point = "deprovision/bucket-deleted"
+	BindRecordWritten          Point = "bind/record-written"
+	BindKeyCreated             Point = "bind/key-created"
+	BindKeyRecorded            Point = "bind/key-recorded"
+	UnbindRecordWritten        Point = "unbind/record-written"
+	UnbindUserRevoked          Point = "unbind/user-revoked"
+)
+
+// The ObjectBucketClaim reconciler's points (internal/objectbucket), one
+// after each of its named writes.
+const (
+	ClaimPatched             Point = "claim/claim-patched"
+	ClaimObjectBucketCreated Point = "claim/objectbucket-created"
+	ClaimBucketCreated       Point = "claim/bucket-created"
+	ClaimKeyCreated          Point = "claim/key-created"
+	ClaimSecretWritten       Point = "claim/secret-written"
+	ClaimConfigMapWritten    Point = "claim/configmap-written"
+	ClaimObjectBucketBound   Point = "claim/objectbucket-bound"
+	ClaimCredentialRevoked   Point = "claim/credential-revoked"
+	ClaimBucketDeleted       Point = "claim/bucket-deleted"
+	ClaimObjectsDeleted      Point = "claim/objects-deleted"
+	// ClaimKeysStashed and ClaimSecretReleased are passed only when the
+	// claim's Secret is recreated after someone deleted it; the claim
+	// crash table, which provisions and deletes claims, never reaches
+	// them, and internal/objectbucket's in-process tests cover them.
+	ClaimKeysStashed    Point = "claim/keys-stashed"
+	ClaimSecretReleased Point = "claim/secret-released"
+)
+
+// What is the part of the name after the slash: what has just happened.
+func (p Point) What() string {
+	_, what, _ := strings.Cut(string(p), "/")
+	return what
+}
+
 var armed = parse(os.Getenv(EnvVar))
 
-func parse(v string) map[string]bool {
+func parse(v string) map[Point]bool {
 	if v == "" {
 		return nil
 	}
-	m := map[string]bool{}
+	m := map[Point]bool{}
 	for _, p := range strings.Split(v, ",") {
 		if p = strings.TrimSpace(p); p != "" {
-			m[p] = true
+			m[Point(p)] = true
 		}
 	}
 	return m
 }
 
-// Hit exits the process at once if name is armed.
-func Hit(name string) {
-	if armed == nil || !armed[name] {
+// Hit exits the process at once if p is armed.
+func Hit(p Point) {
+	if armed == nil || !armed[p] {
 		return
 	}
-	fmt.Fprintf(os.Stderr, "crashpoint: exiting at %s\n", name)
+	fmt.Fprintf(os.Stderr, "crashpoint: exiting at %s\n", p)
 	os.Exit(ExitCode)
 }
 
 // Points lists the broker's crash points, for harnesses that iterate over
-// them. Keep it in step with the Hit calls. "bucket/created-unmarked" is
-// the driver's (internal/driver/s3iam): a bucket created and not yet
-// tagged with its owner mark, passed by every provision that creates one.
-var Points = []string{
-	"provision/record-written",
-	"bucket/created-unmarked",
-	"provision/bucket-created",
-	"deprovision/record-written",
-	"deprovision/bindings-revoked",
-	"deprovision/bucket-deleted",
-	"bind/record-written",
-	"bind/key-created",
-	"bind/key-recorded",
-	"unbind/record-written",
-	"unbind/user-revoked",
+// them; TestListsMatchCallSites checks it against the Hit calls.
+// BucketCreatedUnmarked is the driver's (internal/driver/s3iam): a bucket
+// created and not yet tagged with its owner mark, passed by every
+// provision that creates one.
+var Points = []Point{
+	ProvisionRecordWritten,
+	BucketCreatedUnmarked,
+	ProvisionBucketCreated,
+	DeprovisionRecordWritten,
+	DeprovisionBindingsRevoked,
+	DeprovisionBucketDeleted,
+	BindRecordWritten,
+	BindKeyCreated,
+	BindKeyRecorded,
+	UnbindRecordWritten,
+	UnbindUserRevoked,
 }
 
 // ClaimPoints lists the ObjectBucketClaim controller's crash points, in the
-// order a claim's lifecycle passes them: provisioning, then deletion. Keep
-// it in step with the reconciler's named writes; the driver's
-// "bucket/created-unmarked" is passed between the ObjectBucket's creation
-// and the end of the claim's EnsureBucket.
-var ClaimPoints = []string{
-	"claim/claim-patched",
-	"claim/objectbucket-created",
-	"bucket/created-unmarked",
-	"claim/bucket-created",
-	"claim/key-created",
-	"claim/secret-written",
-	"claim/configmap-written",
-	"claim/objectbucket-bound",
-	"claim/credential-revoked",
-	"claim/bucket-deleted",
-	"claim/objects-deleted",
+// order a claim's lifecycle passes them: provisioning, then deletion. The
+// driver's BucketCreatedUnmarked is passed between the ObjectBucket's
+// creation and the end of the claim's EnsureBucket. ClaimKeysStashed and
+// ClaimSecretReleased are left out (see them).
+var ClaimPoints = []Point{
+	ClaimPatched,
+	ClaimObjectBucketCreated,
+	BucketCreatedUnmarked,
+	ClaimBucketCreated,
+	ClaimKeyCreated,
+	ClaimSecretWritten,
+	ClaimConfigMapWritten,
+	ClaimObjectBucketBound,
+	ClaimCredentialRevoked,
+	ClaimBucketDeleted,
+	ClaimObjectsDeleted,
 }

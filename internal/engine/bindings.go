@@ -223,7 +223,7 @@ func (e *Engine) bindStarted(ctx context.Context, rec *Record, async bool) (Bind
 		}
 		return BindResult{}, refused
 	}
-	crashpoint.Hit("bind/record-written")
+	crashpoint.Hit(crashpoint.BindRecordWritten)
 	e.log.Info("Binding", "id", rec.ID, "instance", rec.InstanceID, "user", rec.UserName, "access", rec.Access, "operation", rec.Op.ID)
 	res, end, err := e.startedRecord(ctx, rec, OutcomeCreated, e.answering(async, nil))
 	if end != nil {
@@ -300,7 +300,7 @@ func (e *Engine) Unbind(ctx context.Context, req UnbindRequest) (Result, error) 
 		} else if err != nil {
 			return Result{}, e.storeErr(ctx, err)
 		}
-		crashpoint.Hit("unbind/record-written")
+		crashpoint.Hit(crashpoint.UnbindRecordWritten)
 		e.log.Info("Unbinding", "id", rec.ID, "instance", rec.InstanceID, "operation", rec.Op.ID)
 		e.interrupt(KindBinding, rec.ID)
 		return e.started(ctx, rec, OutcomeOK, e.answering(req.AcceptsIncomplete, nil))

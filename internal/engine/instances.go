@@ -18,7 +18,8 @@ import (
 const maxCASRetries = 20
 
 // Provision creates the instance's record and drives its provision, or
-// answers a duplicate from the stored record (see the table in DESIGN.md).
+// answers a duplicate from the stored record (see the table "OSB answers"
+// in docs/architecture.md).
 func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, error) {
 	if req.InstanceID == "" {
 		return Result{}, invalidf("instance id is empty")
@@ -83,7 +84,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 			} else if err != nil {
 				return Result{}, e.storeErr(ctx, err)
 			}
-			crashpoint.Hit("provision/record-written")
+			crashpoint.Hit(crashpoint.ProvisionRecordWritten)
 			e.log.Info("Provisioning instance", "id", req.InstanceID, "plan", plan.Name, "bucket", fresh.Bucket, "operation", fresh.Op.ID)
 			return e.started(ctx, fresh, OutcomeCreated, how)
 		} else if err != nil {
@@ -102,7 +103,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 			} else if err != nil {
 				return Result{}, e.storeErr(ctx, err)
 			}
-			crashpoint.Hit("provision/record-written")
+			crashpoint.Hit(crashpoint.ProvisionRecordWritten)
 			return e.started(ctx, rec, OutcomeCreated, how)
 		}
 		if rec.Fingerprint != fp {
@@ -463,7 +464,7 @@ func (e *Engine) Deprovision(ctx context.Context, req DeprovisionRequest) (Resul
 		} else if err != nil {
 			return Result{}, e.storeErr(ctx, err)
 		}
-		crashpoint.Hit("deprovision/record-written")
+		crashpoint.Hit(crashpoint.DeprovisionRecordWritten)
 		e.log.Info("Deprovisioning instance", "id", rec.ID, "halting_provision", halting, "operation", rec.Op.ID)
 		e.interrupt(KindInstance, rec.ID)
 		return e.started(ctx, rec, OutcomeOK, e.answering(req.AcceptsIncomplete, plan))

@@ -14,9 +14,9 @@ import (
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
-// TestProvisionStatusTable walks every row of the DESIGN.md table for
-// instances, synchronously and asynchronously, through real HTTP, the real
-// SQLite store and the embedded S3 server.
+// TestProvisionStatusTable walks every row of the table "OSB answers" in
+// docs/architecture.md for instances, synchronously and asynchronously,
+// through real HTTP, the real SQLite store and the embedded S3 server.
 func TestProvisionStatusTable(t *testing.T) { testProvisionStatusTable(t, newHarness(t)) }
 
 // TestProvisionStatusTablePostgres runs the same table with the state in PostgreSQL.

@@ -151,7 +151,7 @@ func (e *Engine) provision(ctx context.Context, rec *Record) error {
 	if err != nil {
 		return e.fail(ctx, rec, err)
 	}
-	crashpoint.Hit("provision/bucket-created")
+	crashpoint.Hit(crashpoint.ProvisionBucketCreated)
 	return e.finish(ctx, rec, nil)
 }
 
@@ -178,7 +178,7 @@ func (e *Engine) deprovision(ctx context.Context, rec *Record) error {
 	if err := e.revokeBindings(ctx, rec); err != nil {
 		return e.fail(ctx, rec, err)
 	}
-	crashpoint.Hit("deprovision/bindings-revoked")
+	crashpoint.Hit(crashpoint.DeprovisionBindingsRevoked)
 	if rec.BucketAttempted {
 		purge, err := e.purgeOnDelete(rec)
 		if err != nil {
@@ -211,7 +211,7 @@ func (e *Engine) deprovision(ctx context.Context, rec *Record) error {
 		if err != nil {
 			return e.fail(ctx, rec, err)
 		}
-		crashpoint.Hit("deprovision/bucket-deleted")
+		crashpoint.Hit(crashpoint.DeprovisionBucketDeleted)
 	}
 	return e.finish(ctx, rec, nil)
 }
@@ -341,7 +341,7 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 		// A new key: record it before anyone is told about it. If we
 		// crash before this write, the resumed bind makes another and
 		// deletes this one with the rest.
-		crashpoint.Hit("bind/key-created")
+		crashpoint.Hit(crashpoint.BindKeyCreated)
 		sealed, err := e.box.Seal([]byte(cred.SecretAccessKey), sealContext(rec))
 		if err != nil {
 			return e.finish(ctx, rec, err)
@@ -351,7 +351,7 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 			e.dropKey(ctx, rec, cred.AccessKeyID)
 			return err
 		}
-		crashpoint.Hit("bind/key-recorded")
+		crashpoint.Hit(crashpoint.BindKeyRecorded)
 	}
 	// The record holds the key: now it is made the only one.
 	var cred driver.Credential
@@ -455,7 +455,7 @@ func (e *Engine) unbind(ctx context.Context, rec *Record) error {
 	// Nothing of ours is left under the name: the user is gone, or what
 	// is there is someone else's. A bind of this id again looks first.
 	rec.UserAttempted = false
-	crashpoint.Hit("unbind/user-revoked")
+	crashpoint.Hit(crashpoint.UnbindUserRevoked)
 	return e.finish(ctx, rec, nil)
 }
 

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
+	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
@@ -140,7 +141,7 @@ func (r *Reconciler) undo(ctx context.Context, s *scope, ob *obv1.ObjectBucket) 
 		}
 		allGone = allGone && gone
 	}
-	if err := r.hit(s, "objects-deleted"); err != nil {
+	if err := r.hit(s, crashpoint.ClaimObjectsDeleted); err != nil {
 		return reconcile.Result{}, err
 	}
 	if !allGone {
@@ -208,7 +209,7 @@ func (r *Reconciler) cleanBackend(ctx context.Context, s *scope, p plan) error {
 		case err != nil:
 			return fmt.Errorf("revoke credential: %w", err)
 		}
-		if err := r.hit(s, "credential-revoked"); err != nil {
+		if err := r.hit(s, crashpoint.ClaimCredentialRevoked); err != nil {
 			return err
 		}
 	}
@@ -232,7 +233,7 @@ func (r *Reconciler) cleanBackend(ctx context.Context, s *scope, p plan) error {
 	case err != nil:
 		return fmt.Errorf("delete bucket %q: %w", p.bucket, err)
 	}
-	return r.hit(s, "bucket-deleted")
+	return r.hit(s, crashpoint.ClaimBucketDeleted)
 }
 
 // getCachedFirst reads key from the cache and, when the cache has no such

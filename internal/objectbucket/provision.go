@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
+	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
@@ -146,7 +147,7 @@ func (r *Reconciler) ensureClaimMeta(ctx context.Context, s *scope) (reconcile.R
 	}
 	r.written.changed(c.UID, c, base.ResourceVersion)
 	s.base = c.DeepCopy()
-	return reconcile.Result{}, r.hit(s, "claim-patched")
+	return reconcile.Result{}, r.hit(s, crashpoint.ClaimPatched)
 }
 
 // ensureObjectBucket writes the ObjectBucket, the durable record of the
@@ -195,7 +196,7 @@ func (r *Reconciler) ensureObjectBucket(ctx context.Context, s *scope) (reconcil
 	r.written.created(c.UID, ob)
 	r.checkObjectBucket(ctx, s, sent, ob)
 	s.ob = ob
-	if err := r.hit(s, "objectbucket-created"); err != nil {
+	if err := r.hit(s, crashpoint.ClaimObjectBucketCreated); err != nil {
 		return reconcile.Result{}, err
 	}
 	if t != nil {
@@ -379,7 +380,7 @@ func (r *Reconciler) ensureBucket(ctx context.Context, s *scope) (reconcile.Resu
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("ensure bucket %q: %w", p.bucket, err)
 	}
-	return reconcile.Result{}, r.hit(s, "bucket-created")
+	return reconcile.Result{}, r.hit(s, crashpoint.ClaimBucketCreated)
 }
 
 // ownership of a Secret or ConfigMap named like the claim.
@@ -566,14 +567,14 @@ func (r *Reconciler) ensureSecret(ctx context.Context, s *scope) (reconcile.Resu
 		if err := r.stashKeys(ctx, s, keep); err != nil {
 			return reconcile.Result{}, err
 		}
-		if err := r.hit(s, "keys-stashed"); err != nil {
+		if err := r.hit(s, crashpoint.ClaimKeysStashed); err != nil {
 			return reconcile.Result{}, err
 		}
 		gone, err := r.release(ctx, sec)
 		if err != nil || !gone {
 			return reconcile.Result{RequeueAfter: goneRetry}, err
 		}
-		if err := r.hit(s, "secret-released"); err != nil {
+		if err := r.hit(s, crashpoint.ClaimSecretReleased); err != nil {
 			return reconcile.Result{}, err
 		}
 		sec = &corev1.Secret{Type: corev1.SecretTypeOpaque, Data: keep}
@@ -582,7 +583,7 @@ func (r *Reconciler) ensureSecret(ctx context.Context, s *scope) (reconcile.Resu
 			return reconcile.Result{}, fmt.Errorf("recreate secret: %w", err)
 		}
 		r.event(s, sec, corev1.EventTypeNormal, "Recreated", "Repair", "Secret %s was deleted and is recreated", sec.Name)
-		if err := r.hit(s, "secret-written"); err != nil {
+		if err := r.hit(s, crashpoint.ClaimSecretWritten); err != nil {
 			return reconcile.Result{}, err
 		}
 		return reconcile.Result{}, r.dropStash(ctx, s)
@@ -626,7 +627,7 @@ func (r *Reconciler) ensureSecret(ctx context.Context, s *scope) (reconcile.Resu
 		return reconcile.Result{}, nil // the recorded key is live
 	}
 	if cred.SecretAccessKey != "" {
-		if err := r.hit(s, "key-created"); err != nil {
+		if err := r.hit(s, crashpoint.ClaimKeyCreated); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -649,7 +650,7 @@ func (r *Reconciler) ensureSecret(ctx context.Context, s *scope) (reconcile.Resu
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("write secret: %w", err)
 	}
-	if err := r.hit(s, "secret-written"); err != nil {
+	if err := r.hit(s, crashpoint.ClaimSecretWritten); err != nil {
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{}, r.dropStash(ctx, s)
@@ -774,7 +775,7 @@ func (r *Reconciler) secretNameTaken(ctx context.Context, s *scope, data map[str
 	if err := r.put(ctx, s, sec, false); err != nil {
 		return reconcile.Result{}, fmt.Errorf("write secret: %w", err)
 	}
-	return reconcile.Result{}, r.hit(s, "secret-written")
+	return reconcile.Result{}, r.hit(s, crashpoint.ClaimSecretWritten)
 }
 
 // secretTaken ends the pass with the claim Failed on a user's Secret.
@@ -809,7 +810,7 @@ func (r *Reconciler) ensureConfigMap(ctx context.Context, s *scope) (reconcile.R
 		r.stamp(s, cm)
 		err = r.put(ctx, s, cm, true)
 		if err == nil {
-			return reconcile.Result{}, r.hit(s, "configmap-written")
+			return reconcile.Result{}, r.hit(s, crashpoint.ClaimConfigMapWritten)
 		}
 		if !apierrors.IsAlreadyExists(err) {
 			return reconcile.Result{}, fmt.Errorf("create config map: %w", err)
@@ -855,7 +856,7 @@ func (r *Reconciler) ensureConfigMap(ctx context.Context, s *scope) (reconcile.R
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("write config map: %w", err)
 	}
-	return reconcile.Result{}, r.hit(s, "configmap-written")
+	return reconcile.Result{}, r.hit(s, crashpoint.ClaimConfigMapWritten)
 }
 
 // leftByDeletedClaim reports whether obj, named like claim, is controlled
@@ -899,7 +900,7 @@ func (r *Reconciler) bind(ctx context.Context, s *scope) (reconcile.Result, erro
 		if keepGen && s.ob.Generation != 0 && s.ob.Status.ObservedGeneration == 0 {
 			r.pruned(ctx, s, "PatchObjectBucketStatus", crdBuckets, prunedField{"status.observedGeneration", "it is no longer written"})
 		}
-		if err := r.hit(s, "objectbucket-bound"); err != nil {
+		if err := r.hit(s, crashpoint.ClaimObjectBucketBound); err != nil {
 			return reconcile.Result{}, err
 		}
 	}

@@ -346,14 +346,14 @@ func (r *Reconciler) quiet(ctx context.Context, err error) (reconcile.Result, er
 	return reconcile.Result{}, err
 }
 
-// hit marks a named write done, for the crash tests: the in-process ones
-// (afterWrite) and the process-level ones (crashpoint "claim/<point>").
-func (r *Reconciler) hit(s *scope, point string) error {
-	crashpoint.Hit("claim/" + point)
+// hit marks a named write done, for the crash tests: the process-level
+// ones (crashpoint p) and the in-process ones (afterWrite, told p.What()).
+func (r *Reconciler) hit(s *scope, p crashpoint.Point) error {
+	crashpoint.Hit(p)
 	if r.afterWrite == nil {
 		return nil
 	}
-	if err := r.afterWrite(point); err != nil {
+	if err := r.afterWrite(p.What()); err != nil {
 		s.stopped = true
 		return err
 	}

@@ -28,10 +28,10 @@ import (
 
 // claimDeletionPoints are the claim crash points a claim's deletion passes;
 // provisioning passes the others.
-var claimDeletionPoints = map[string]bool{
-	"claim/credential-revoked": true,
-	"claim/bucket-deleted":     true,
-	"claim/objects-deleted":    true,
+var claimDeletionPoints = map[crashpoint.Point]bool{
+	crashpoint.ClaimCredentialRevoked: true,
+	crashpoint.ClaimBucketDeleted:     true,
+	crashpoint.ClaimObjectsDeleted:    true,
 }
 
 const (
@@ -142,7 +142,7 @@ func TestClaimCrashPoints(t *testing.T) {
 	t.Logf("envtest started in %s", api.StartedIn.Round(time.Millisecond))
 	var (
 		mu      sync.Mutex
-		results = map[string]result{}
+		results = map[crashpoint.Point]result{}
 		slots   = make(chan struct{}, claimParallel)
 	)
 	start := time.Now()
@@ -169,11 +169,11 @@ func TestClaimCrashPoints(t *testing.T) {
 // bucket after its point: "claim/" dropped, and the slash of a driver's
 // point ("bucket/created-unmarked"), which none of those names may hold,
 // made a hyphen.
-func claimSlug(point string) string {
-	return strings.ReplaceAll(strings.TrimPrefix(point, "claim/"), "/", "-")
+func claimSlug(point crashpoint.Point) string {
+	return strings.ReplaceAll(strings.TrimPrefix(string(point), "claim/"), "/", "-")
 }
 
-func claimTable(results map[string]result) string {
+func claimTable(results map[crashpoint.Point]result) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "| %-26s | %-12s | %-9s | %-5s |\n", "crash point", "passed by", "outcome", "took")
 	fmt.Fprintf(&sb, "|%s|%s|%s|%s|\n", strings.Repeat("-", 28), strings.Repeat("-", 14), strings.Repeat("-", 11), strings.Repeat("-", 7))
@@ -196,7 +196,7 @@ func claimTable(results map[string]result) string {
 // table).
 type claimRun struct {
 	t     *testing.T
-	point string // armed in the first run; empty for none
+	point crashpoint.Point // armed in the first run; empty for none
 	k8s   client.Client
 	ctl   *harness.Controller
 	ctx   context.Context
@@ -256,7 +256,7 @@ func newClaimRun(t *testing.T, api *harness.APIServer, kubeconfig, slug string) 
 
 func (r *claimRun) key() client.ObjectKey { return client.ObjectKey{Namespace: r.ns, Name: r.name} }
 
-func runClaimCell(t *testing.T, api *harness.APIServer, kubeconfig, point string) result {
+func runClaimCell(t *testing.T, api *harness.APIServer, kubeconfig string, point crashpoint.Point) result {
 	start := time.Now()
 	r := newClaimRun(t, api, kubeconfig, claimSlug(point))
 	r.point = point
@@ -275,9 +275,9 @@ func runClaimCell(t *testing.T, api *harness.APIServer, kubeconfig, point string
 	return result{outcome: r.out, notes: r.notes, took: time.Since(start)}
 }
 
-func (r *claimRun) start(crashAt ...string) bool {
+func (r *claimRun) start(crashAt ...crashpoint.Point) bool {
 	r.lap("")
-	if err := r.ctl.TryStart(crashAt...); err != nil {
+	if err := r.ctl.TryStart(pointNames(crashAt)...); err != nil {
 		r.mark(broken, "%v", err)
 		return false
 	}
@@ -292,7 +292,7 @@ func (r *claimRun) crashAndRestart() bool {
 		r.mark(broken, "%v", err)
 		return false
 	}
-	if !strings.Contains(r.ctl.Log(), "crashpoint: exiting at "+r.point) {
+	if !strings.Contains(r.ctl.Log(), "crashpoint: exiting at "+string(r.point)) {
 		r.mark(broken, "the process exited %d without saying it reached %s", crashpoint.ExitCode, r.point)
 		return false
 	}

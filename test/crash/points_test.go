@@ -47,8 +47,8 @@ const replay = 60 * time.Second
 // instance's bindings into unbinds. A driver's bucket point is reached by
 // the provision that creates the bucket (an update finds it and never
 // creates one).
-func opsAt(point string) []string {
-	op, what, _ := strings.Cut(point, "/")
+func opsAt(point crashpoint.Point) []string {
+	op, what, _ := strings.Cut(string(point), "/")
 	if op == "bucket" {
 		return []string{"provision"}
 	}
@@ -60,8 +60,9 @@ func opsAt(point string) []string {
 }
 
 type cell struct {
-	point, op string
-	async     bool
+	point crashpoint.Point
+	op    string
+	async bool
 }
 
 func (c cell) String() string {
@@ -134,7 +135,7 @@ func table(cells []cell, results map[cell]result) string {
 type run struct {
 	t     *testing.T
 	b     *harness.Broker
-	point string
+	point crashpoint.Point
 	async bool
 	out   outcome
 	notes []string
@@ -185,8 +186,8 @@ func (r *run) query(base string) string {
 	return base
 }
 
-func (r *run) start(crashAt ...string) bool {
-	if err := r.b.TryStart(crashAt...); err != nil {
+func (r *run) start(crashAt ...crashpoint.Point) bool {
+	if err := r.b.TryStart(pointNames(crashAt)...); err != nil {
 		r.mark(broken, "%v", err)
 		return false
 	}
@@ -501,4 +502,13 @@ func (r *run) unbind() {
 	if r.ok() && r.del(inst, harness.Reply{}) {
 		r.expectBuckets(0)
 	}
+}
+
+// pointNames spells points as the harness arms them.
+func pointNames(points []crashpoint.Point) []string {
+	names := make([]string, len(points))
+	for i, p := range points {
+		names[i] = string(p)
+	}
+	return names
 }

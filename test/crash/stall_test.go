@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
 	"github.com/bucketbroker/bucketbroker/test/harness"
 )
 
@@ -54,7 +55,7 @@ func TestReplicasStalledBackend(t *testing.T) {
 			"--encryption-key-file", keyFile)
 		b.Env = append(b.Env, "BUCKETBROKER_STORE="+dsn)
 		if i == 1 {
-			b.Start("bind/key-created")
+			b.Start(string(crashpoint.BindKeyCreated))
 		} else {
 			b.Start()
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
 	"github.com/bucketbroker/bucketbroker/test/harness"
 )
 
@@ -98,7 +99,7 @@ func TestVerdictsCatchFaults(t *testing.T) {
 	// An operation left in progress is stuck: die at a point and do not
 	// start again.
 	b.Stop()
-	b.Start("provision/record-written")
+	b.Start(string(crashpoint.ProvisionRecordWritten))
 	b.Do("PUT", "/v2/service_instances/never-resumed", harness.ProvisionBody)
 	b.WaitCrash()
 	r := &run{t: t, b: b, out: converged}

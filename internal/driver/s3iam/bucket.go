@@ -211,7 +211,7 @@ func (d *Driver) createBucket(ctx context.Context, name string) (bool, error) {
 // AdoptUnmarked (its durable record of the attempt) lets a retry take it
 // back. The crash point "bucket/created-unmarked" is that crash.
 func (d *Driver) markCreated(ctx context.Context, name string, tags map[string]string) error {
-	crashpoint.Hit("bucket/created-unmarked")
+	crashpoint.Hit(crashpoint.BucketCreatedUnmarked)
 	return d.putBucketTags(ctx, name, tags)
 }
 
