@@ -42,6 +42,11 @@ func (e *Engine) step(ctx context.Context, rec *Record, what string, call func(c
 		if e.halted(ctx) {
 			return errHalted
 		}
+		if errors.Is(err, ErrStale) {
+			// A write within the call was refused: another holder
+			// wrote the record, and this one must do nothing more.
+			return err
+		}
 		if driver.Permanent(err) {
 			return giveUp{fmt.Errorf("%s: %w", what, err)}
 		}
@@ -326,10 +331,30 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 	if rec.AccessKeyID == "" || len(rec.SealedSecret) == 0 {
 		var cred driver.Credential
 		err := e.step(ctx, rec, "create credential", func(ctx context.Context) (err error) {
-			cred, err = e.driver.EnsureCredential(ctx, driver.CredentialSpec{
+			spec := driver.CredentialSpec{
 				UserName: rec.UserName, Owner: rec.Owner, Bucket: rec.Bucket,
 				Access: driver.Access(rec.Access), KeepOtherKeys: true, AdoptUnmarked: true,
-			})
+			}
+			cred, err = e.driver.EnsureCredential(ctx, spec)
+			var full *driver.KeyLimitError
+			if !errors.As(err, &full) {
+				return err
+			}
+			// The user has no room for a key, and the driver deletes none
+			// it cannot know unrecorded. The keys it listed are: this
+			// write succeeds only if nobody wrote the record since this
+			// holder read it without a key, and a holder that takes the
+			// lease later makes its keys after the listing. A holder
+			// that lost its lease stops here (ErrStale) and deletes none.
+			if err := e.save(ctx, rec); err != nil {
+				return err
+			}
+			for _, id := range full.KeyIDs {
+				if id != rec.AccessKeyID {
+					spec.EvictKeyIDs = append(spec.EvictKeyIDs, id)
+				}
+			}
+			cred, err = e.driver.EnsureCredential(ctx, spec)
 			return err
 		})
 		if err != nil {
