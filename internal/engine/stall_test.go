@@ -493,3 +493,76 @@ func TestBindAfterTwoLostKeysConverges(t *testing.T) {
 		t.Errorf("%d key calls, want at least 4 (two lost, one at the limit, one making room)", got)
 	}
 }
+
+// TestLateKeyAfterRebindLeavesNewBinding: holder a is paused inside its key
+// creation; the binding is unbound on b; a's call is carried out (making
+// the user and a key again) and a's write fails. Just as a, finding the
+// record deleted, goes to delete what it made, the same binding id is bound
+// again on b. a deletes only its key, and the user only if no key is left:
+// the new bind's user and answered key stay. (Before, a revoked the whole
+// user, the new bind's key with it.)
+func TestLateKeyAfterRebindLeavesNewBinding(t *testing.T) {
+	const ttl = 4 * time.Second
+	a := newHarness(t, harnessOpts{postgres: true, replica: "a", leaseTTL: ttl})
+	b := newHarness(t, harnessOpts{postgres: true, peer: a, replica: "b", leaseTTL: ttl})
+	id := instancePth + newID()
+	a.want(a.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+
+	paused, wake := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	a.drv.late.Store(true)
+	a.drv.hook("EnsureCredential", func(context.Context) error {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			paused <- struct{}{}
+			<-wake
+		}
+		return nil
+	})
+	bindID := newID()
+	bind := id + "/service_bindings/" + bindID
+	a.want(a.do("PUT", async(bind), bindBody(planStd, nil)), http.StatusAccepted, "bind on a")
+	<-paused
+
+	ctx := context.Background()
+	for {
+		r, err := a.store.Get(ctx, engine.KindBinding, bindID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Lease, r.LeaseUntil = "gone", time.Now().Add(-time.Second)
+		if err = a.store.Update(ctx, r); err == nil {
+			break
+		} else if !errors.Is(err, engine.ErrStale) {
+			t.Fatal(err)
+		}
+	}
+	b.want(b.do("DELETE", del(bind, planStd, false), nil), http.StatusOK, "unbind on b")
+
+	// The rebind happens as a, having read the record deleted, makes its
+	// first deletion.
+	var rebound reply
+	var rebind sync.Once
+	hook := func(context.Context) error {
+		rebind.Do(func() { rebound = b.doQuiet("PUT", bind, bindBody(planStd, nil)) })
+		return nil
+	}
+	a.drv.hook("DeleteAccessKey", hook)
+	a.drv.hook("RevokeCredential", hook)
+	close(wake)
+	waitFor(t, "a's worker to go", func() bool { return a.metric("bucketbroker_operations_in_flight") == 0 })
+	if rebound.code != http.StatusCreated {
+		t.Fatalf("rebind on b = %d %v, want 201", rebound.code, rebound.body)
+	}
+	cr := rebound.creds()
+	ak := cr["access_key_id"].(string)
+	if err := canWrite(ak, cr["secret_access_key"].(string), cr["bucket"].(string)); err != nil {
+		t.Errorf("the rebind's credentials do not work: %v", err)
+	}
+	for u, keys := range a.users() {
+		if !slices.Equal(keys, []string{ak}) {
+			t.Errorf("user %s has keys %v, want only the rebind's %s", u, keys, ak)
+		}
+	}
+}

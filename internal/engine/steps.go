@@ -421,8 +421,9 @@ func (e *Engine) bindFailed(ctx context.Context, rec *Record, err error) error {
 // holder wrote the record first, or this one lost its lease or its store):
 // nobody holds it, and whoever recorded a key keeps that one. It is the
 // only side effect of a holder that lost its lease, and it deletes only
-// what that holder made: the key, or the whole user when the binding has
-// been unbound meanwhile (the call may have made the user again). A write that failed may still have been
+// what that holder made: the key, and when the binding has been unbound
+// meanwhile (the call may have made the user again) the user too if no key
+// is left on it. A write that failed may still have been
 // committed: the record is read first, and a key it holds is kept. What
 // cannot be done here (the store or the backend fails, or the driver
 // cannot delete one key) is left to the next bind of the binding or the
@@ -440,10 +441,19 @@ func (e *Engine) dropKey(ctx context.Context, rec *Record, keyID string) {
 	}
 	switch {
 	case err == nil && cur.Phase == PhaseDeleted:
-		// Unbound meanwhile: the user is this holder's making too (the
-		// unbind found none, or revoked it before this call made it
-		// again), and nothing may be left under the name.
-		err = e.driver.RevokeCredential(ctx, rec.UserName, rec.Owner)
+		// Unbound meanwhile: this call may have made the user again
+		// (the unbind found none, or revoked it before). The key goes,
+		// and the user only if no key is left: the same binding id may
+		// have been bound again since the read, and that bind's user and
+		// key are not this holder's to delete.
+		if err = a.DeleteAccessKey(ctx, rec.UserName, rec.Owner, keyID); err != nil {
+			break
+		}
+		var obs driver.Observation
+		obs, err = e.driver.Observe(ctx, driver.ObserveRequest{UserName: rec.UserName})
+		if err == nil && obs.UserExists && obs.UserOwner == rec.Owner && len(obs.KeyIDs) == 0 {
+			err = e.driver.RevokeCredential(ctx, rec.UserName, rec.Owner)
+		}
 	case err == nil:
 		err = a.DeleteAccessKey(ctx, rec.UserName, rec.Owner, keyID)
 	}
