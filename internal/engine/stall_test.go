@@ -566,3 +566,80 @@ func TestLateKeyAfterRebindLeavesNewBinding(t *testing.T) {
 		}
 	}
 }
+
+// TestGoneKeyHoldersKeepEachOthers: holder a has recorded its key, which is
+// then deleted behind the bind's back, and a pauses inside its call that
+// deletes the other keys. b takes over, finds the recorded key gone, makes
+// a key beside the others, records it and answers it. a's call is carried
+// out late: it deletes nothing (the key it keeps is gone), a's write of a
+// new key fails, and a deletes only the key it made. (Before, a's call made
+// a key and deleted every other, the one b had answered with them.)
+func TestGoneKeyHoldersKeepEachOthers(t *testing.T) {
+	const ttl = time.Second
+	a := newHarness(t, harnessOpts{postgres: true, replica: "a", leaseTTL: ttl})
+	b := newHarness(t, harnessOpts{postgres: true, peer: a, replica: "b", leaseTTL: ttl})
+	id := instancePth + newID()
+	a.want(a.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+
+	bindID := newID()
+	bind := id + "/service_bindings/" + bindID
+	paused, wake := make(chan struct{}, 1), make(chan struct{})
+	var mu sync.Mutex
+	calls := 0
+	a.drv.late.Store(true)
+	a.drv.hook("EnsureCredential", func(ctx context.Context) error {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		if n != 2 { // the call that deletes the other keys
+			return nil
+		}
+		r, err := a.store.Get(ctx, engine.KindBinding, bindID)
+		if err != nil {
+			return err
+		}
+		if _, err := a.iam.DeleteAccessKey(ctx, &iam.DeleteAccessKeyInput{UserName: &r.UserName, AccessKeyId: &r.AccessKeyID}); err != nil {
+			return err
+		}
+		paused <- struct{}{}
+		<-wake
+		return nil
+	})
+	op := a.want(a.do("PUT", async(bind), bindBody(planStd, nil)), http.StatusAccepted, "bind on a").str("operation")
+	<-paused
+
+	ctx := context.Background()
+	for {
+		r, err := a.store.Get(ctx, engine.KindBinding, bindID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Lease, r.LeaseUntil = "gone", time.Now().Add(-time.Second)
+		if err = a.store.Update(ctx, r); err == nil {
+			break
+		} else if !errors.Is(err, engine.ErrStale) {
+			t.Fatal(err)
+		}
+	}
+	if s := b.waitOp(bind, op); s != "succeeded" {
+		t.Fatalf("bind driven by b ended %q", s)
+	}
+	cr := b.want(b.do("PUT", bind, bindBody(planStd, nil)), http.StatusOK, "bind again on b").creds()
+	ak := cr["access_key_id"].(string)
+
+	close(wake)
+	waitFor(t, "a's worker to go", func() bool { return a.metric("bucketbroker_operations_in_flight") == 0 })
+	if err := canWrite(ak, cr["secret_access_key"].(string), cr["bucket"].(string)); err != nil {
+		t.Errorf("the answered credentials stopped working: %v", err)
+	}
+	users := a.users()
+	if len(users) != 1 {
+		t.Fatalf("users = %v, want one", users)
+	}
+	for u, keys := range users {
+		if !slices.Equal(keys, []string{ak}) {
+			t.Errorf("user %s has keys %v, want only the answered %s", u, keys, ak)
+		}
+	}
+}

@@ -328,83 +328,98 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 	// paused past its lease, or a request a stalled server carries out
 	// late), one records its key first; the other sees it and keeps it, or
 	// fails to record its own (compare-and-swap) and deletes only that.
-	if rec.AccessKeyID == "" || len(rec.SealedSecret) == 0 {
-		var cred driver.Credential
-		err := e.step(ctx, rec, "create credential", func(ctx context.Context) (err error) {
-			spec := driver.CredentialSpec{
-				UserName: rec.UserName, Owner: rec.Owner, Bucket: rec.Bucket,
-				Access: driver.Access(rec.Access), KeepOtherKeys: true, AdoptUnmarked: true,
-			}
-			cred, err = e.driver.EnsureCredential(ctx, spec)
-			var full *driver.KeyLimitError
-			if !errors.As(err, &full) {
-				return err
-			}
-			// The user has no room for a key, and the driver deletes none
-			// it cannot know unrecorded. The keys it listed are: this
-			// write succeeds only if nobody wrote the record since this
-			// holder read it without a key, and a holder that takes the
-			// lease later makes its keys after the listing. A holder
-			// that lost its lease stops here (ErrStale) and deletes none.
-			if err := e.save(ctx, rec); err != nil {
-				return err
-			}
-			for _, id := range full.KeyIDs {
-				if id != rec.AccessKeyID {
-					spec.EvictKeyIDs = append(spec.EvictKeyIDs, id)
+	for round := 1; ; round++ {
+		if rec.AccessKeyID == "" || len(rec.SealedSecret) == 0 {
+			var cred driver.Credential
+			err := e.step(ctx, rec, "create credential", func(ctx context.Context) (err error) {
+				spec := driver.CredentialSpec{
+					UserName: rec.UserName, Owner: rec.Owner, Bucket: rec.Bucket,
+					Access: driver.Access(rec.Access), KeepOtherKeys: true, AdoptUnmarked: true,
 				}
+				cred, err = e.driver.EnsureCredential(ctx, spec)
+				var full *driver.KeyLimitError
+				if !errors.As(err, &full) {
+					return err
+				}
+				// The user has no room for a key, and the driver deletes none
+				// it cannot know unrecorded. The keys it listed are: this
+				// write succeeds only if nobody wrote the record since this
+				// holder read it without a key, and a holder that takes the
+				// lease later makes its keys after the listing. A holder
+				// that lost its lease stops here (ErrStale) and deletes none.
+				if err := e.save(ctx, rec); err != nil {
+					return err
+				}
+				for _, id := range full.KeyIDs {
+					if id != rec.AccessKeyID {
+						spec.EvictKeyIDs = append(spec.EvictKeyIDs, id)
+					}
+				}
+				cred, err = e.driver.EnsureCredential(ctx, spec)
+				return err
+			})
+			if err != nil {
+				return e.bindFailed(ctx, rec, err)
 			}
-			cred, err = e.driver.EnsureCredential(ctx, spec)
+			if cred.SecretAccessKey == "" {
+				return e.finish(ctx, rec, fmt.Errorf("driver returned key %q without its secret", cred.AccessKeyID))
+			}
+			// A new key: record it before anyone is told about it. If we
+			// crash before this write, the resumed bind makes another and
+			// deletes this one with the rest.
+			crashpoint.Hit("bind/key-created")
+			sealed, err := e.box.Seal([]byte(cred.SecretAccessKey), sealContext(rec))
+			if err != nil {
+				return e.finish(ctx, rec, err)
+			}
+			rec.AccessKeyID, rec.SealedSecret = cred.AccessKeyID, sealed
+			if err := e.save(ctx, rec); err != nil {
+				e.dropKey(ctx, rec, cred.AccessKeyID)
+				return err
+			}
+			crashpoint.Hit("bind/key-recorded")
+		}
+		// The record holds the key: now it is made the only one. If it is
+		// gone (deleted behind this bind's back), nothing is deleted: a
+		// key is made beside the others and recorded first, as when none
+		// was recorded.
+		var cred driver.Credential
+		gone := false
+		err := e.step(ctx, rec, "delete other keys", func(ctx context.Context) (err error) {
+			cred, err = e.driver.EnsureCredential(ctx, driver.CredentialSpec{
+				UserName: rec.UserName, Owner: rec.Owner, Bucket: rec.Bucket,
+				Access: driver.Access(rec.Access), KeepKeyID: rec.AccessKeyID, RequireKeepKey: true, AdoptUnmarked: true,
+			})
+			if gone = errors.Is(err, driver.ErrKeyGone); gone {
+				return nil
+			}
 			return err
 		})
 		if err != nil {
 			return e.bindFailed(ctx, rec, err)
 		}
-		if cred.SecretAccessKey == "" {
-			return e.finish(ctx, rec, fmt.Errorf("driver returned key %q without its secret", cred.AccessKeyID))
+		if gone {
+			if round >= 3 {
+				return e.fail(ctx, rec, fmt.Errorf("the recorded key %q was deleted behind this bind's back %d times", rec.AccessKeyID, round))
+			}
+			e.log.Warn("The recorded key is gone; making another beside the others", "kind", rec.Kind, "id", rec.ID, "key_id", rec.AccessKeyID)
+			rec.AccessKeyID, rec.SealedSecret = "", nil
+			continue
 		}
-		// A new key: record it before anyone is told about it. If we
-		// crash before this write, the resumed bind makes another and
-		// deletes this one with the rest.
-		crashpoint.Hit("bind/key-created")
-		sealed, err := e.box.Seal([]byte(cred.SecretAccessKey), sealContext(rec))
-		if err != nil {
-			return e.finish(ctx, rec, err)
+		if cred.SecretAccessKey != "" {
+			// A driver that ignores RequireKeepKey replaced the gone key
+			// and deleted the others: the new key is recorded in the
+			// write that ends the operation.
+			sealed, err := e.box.Seal([]byte(cred.SecretAccessKey), sealContext(rec))
+			if err != nil {
+				return e.finish(ctx, rec, err)
+			}
+			rec.AccessKeyID, rec.SealedSecret = cred.AccessKeyID, sealed
+		} else if cred.AccessKeyID != rec.AccessKeyID {
+			return e.finish(ctx, rec, fmt.Errorf("driver kept key %q but the record holds %q", cred.AccessKeyID, rec.AccessKeyID))
 		}
-		rec.AccessKeyID, rec.SealedSecret = cred.AccessKeyID, sealed
-		if err := e.save(ctx, rec); err != nil {
-			e.dropKey(ctx, rec, cred.AccessKeyID)
-			return err
-		}
-		crashpoint.Hit("bind/key-recorded")
+		return e.finish(ctx, rec, nil)
 	}
-	// The record holds the key: now it is made the only one.
-	var cred driver.Credential
-	err := e.step(ctx, rec, "delete other keys", func(ctx context.Context) (err error) {
-		cred, err = e.driver.EnsureCredential(ctx, driver.CredentialSpec{
-			UserName: rec.UserName, Owner: rec.Owner, Bucket: rec.Bucket,
-			Access: driver.Access(rec.Access), KeepKeyID: rec.AccessKeyID, AdoptUnmarked: true,
-		})
-		return err
-	})
-	if err != nil {
-		return e.bindFailed(ctx, rec, err)
-	}
-	if cred.SecretAccessKey != "" {
-		// The recorded key was gone (deleted behind our back): the new
-		// one replaces it in the write that ends the operation.
-		sealed, err := e.box.Seal([]byte(cred.SecretAccessKey), sealContext(rec))
-		if err != nil {
-			return e.finish(ctx, rec, err)
-		}
-		rec.AccessKeyID, rec.SealedSecret = cred.AccessKeyID, sealed
-	} else if cred.AccessKeyID != rec.AccessKeyID {
-		return e.finish(ctx, rec, fmt.Errorf("driver kept key %q but the record holds %q", cred.AccessKeyID, rec.AccessKeyID))
-	}
-	if err := e.finish(ctx, rec, nil); err != nil {
-		return err
-	}
-	return nil
 }
 
 // bindFailed ends or retries a bind whose EnsureCredential failed. A

@@ -20,6 +20,10 @@ var (
 	// fix (an invalid name, an unsupported option such as versioning on a
 	// server that has none).
 	ErrInvalid = errors.New("invalid request for this backend")
+	// ErrKeyGone is EnsureCredential's answer, with CredentialSpec
+	// RequireKeepKey, when the KeepKeyID key is not live. The driver
+	// changed nothing.
+	ErrKeyGone = errors.New("the key to keep is gone")
 )
 
 // KeyLimitError is EnsureCredential's answer, with KeepOtherKeys, when the
@@ -120,6 +124,12 @@ type CredentialSpec struct {
 	// KeepOtherKeys, a backend's limit on a user's keys lets only these,
 	// oldest first, be deleted to make room for the new key.
 	EvictKeyIDs []string
+	// RequireKeepKey makes EnsureCredential, when the KeepKeyID key is not
+	// live, delete nothing and fail with ErrKeyGone (without it, a new key
+	// is made and every other deleted). The engine then makes a key beside
+	// the others and records it before any is deleted, as for a missing
+	// one. A driver that ignores it still works, as it did before.
+	RequireKeepKey bool
 	// AdoptUnmarked lets EnsureCredential adopt an existing user with no
 	// owner mark at all: the user is marked (and given whatever else
 	// creation sets), then treated as the caller's own, so its other keys

@@ -124,6 +124,11 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 	if spec.KeepOtherKeys {
 		return d.addKey(ctx, spec, keys)
 	}
+	if spec.RequireKeepKey && spec.KeepKeyID != "" && !slices.ContainsFunc(keys, func(k types.AccessKeyMetadata) bool {
+		return aws.ToString(k.AccessKeyId) == spec.KeepKeyID
+	}) {
+		return driver.Credential{}, fmt.Errorf("key %s of user %q: %w", spec.KeepKeyID, spec.UserName, driver.ErrKeyGone)
+	}
 	kept := false
 	for _, k := range keys {
 		id := aws.ToString(k.AccessKeyId)

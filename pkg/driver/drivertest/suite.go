@@ -126,6 +126,7 @@ func Run(t *testing.T, cfg Config) {
 			"LostAnswer":           s.testLostAnswer,
 			"KeepOtherKeys":        s.testKeepOtherKeys,
 			"KeepOtherKeysAtLimit": s.testKeepOtherKeysAtLimit,
+			"RequireKeepKey":       s.testRequireKeepKey,
 			"Scope":                s.testScope,
 			"OwnedByOther":         s.testUserOwnedByOther,
 			"Unmarked":             s.testUserUnmarked,
@@ -681,6 +682,40 @@ func (s *suite) testKeepOtherKeysAtLimit(t *testing.T) {
 	obs = s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
 	if !slices.Contains(obs.KeyIDs, made[0]) || !slices.Contains(obs.KeyIDs, c.AccessKeyID) {
 		t.Errorf("live keys = %q, want the unnamed %s and the new %s", obs.KeyIDs, made[0], c.AccessKeyID)
+	}
+}
+
+// testRequireKeepKey: with RequireKeepKey, a KeepKeyID key that is gone
+// makes EnsureCredential fail with ErrKeyGone and delete nothing (the
+// engine then makes a key beside the others and records it first); with
+// the key live, the others are deleted as without it.
+func (s *suite) testRequireKeepKey(t *testing.T) {
+	ctx := testContext(t)
+	n := s.newNames(t)
+	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
+	spec := driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite}
+	first := s.ensureCredential(ctx, t, spec)
+	spec.KeepOtherKeys = true
+	second, err := s.cfg.Driver.EnsureCredential(ctx, spec)
+	if err != nil {
+		t.Fatalf("EnsureCredential(KeepOtherKeys): %v", err)
+	}
+	spec.KeepOtherKeys, spec.RequireKeepKey = false, true
+	spec.KeepKeyID = "AKIAGONE" + strings.Repeat("0", 12)
+	_, err = s.cfg.Driver.EnsureCredential(ctx, spec)
+	wantErrorIs(t, "EnsureCredential(RequireKeepKey, KeepKeyID=gone)", err, driver.ErrKeyGone)
+	both := slices.Sorted(slices.Values([]string{first.AccessKeyID, second.AccessKeyID}))
+	obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
+	if got := slices.Sorted(slices.Values(obs.KeyIDs)); !slices.Equal(got, both) {
+		t.Errorf("live keys = %q, want both %q untouched", got, both)
+	}
+	spec.KeepKeyID = second.AccessKeyID
+	if got, err := s.cfg.Driver.EnsureCredential(ctx, spec); err != nil || got.AccessKeyID != second.AccessKeyID {
+		t.Fatalf("EnsureCredential(RequireKeepKey, KeepKeyID=second) = %q, %v; want the second key", got.AccessKeyID, err)
+	}
+	obs = s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
+	if !slices.Equal(obs.KeyIDs, []string{second.AccessKeyID}) {
+		t.Errorf("live keys = %q, want only [%s]", obs.KeyIDs, second.AccessKeyID)
 	}
 }
 
