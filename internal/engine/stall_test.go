@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/iam"
 
 	"github.com/bucketbroker/bucketbroker/internal/engine"
 )
@@ -373,4 +376,270 @@ func TestRetriesDoNotStarveRequests(t *testing.T) {
 	waitFor(t, "the binds to retry", func() bool { return h.metric("bucketbroker_backend_retries_total") >= 4*workers })
 
 	h.want(h.do("PUT", instancePth+newID(), provisionBody(planStd, nil)), http.StatusCreated, "provision while the binds retry")
+}
+
+// TestStaleHolderAtKeyLimitKeepsRecordedKey: holder a is paused before its
+// first key call; b takes over, records its key and answers it; then a
+// late create leaves a second key, so the user is at IAM's limit of two.
+// a wakes and makes its call: the driver deletes neither key (it cannot
+// know which is recorded), a's record write fails, and a stops. (Before,
+// the call deleted the oldest key to make room: the one b had answered.)
+func TestStaleHolderAtKeyLimitKeepsRecordedKey(t *testing.T) {
+	const ttl = time.Second
+	a := newHarness(t, harnessOpts{postgres: true, replica: "a", leaseTTL: ttl})
+	b := newHarness(t, harnessOpts{postgres: true, peer: a, replica: "b", leaseTTL: ttl})
+	id := instancePth + newID()
+	a.want(a.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+
+	paused, wake := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	a.drv.late.Store(true)
+	a.drv.hook("EnsureCredential", func(context.Context) error {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			paused <- struct{}{}
+			<-wake
+		}
+		return nil
+	})
+	bindID := newID()
+	bind := id + "/service_bindings/" + bindID
+	op := a.want(a.do("PUT", async(bind), bindBody(planStd, nil)), http.StatusAccepted, "bind on a").str("operation")
+	<-paused
+
+	ctx := context.Background()
+	for {
+		r, err := a.store.Get(ctx, engine.KindBinding, bindID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Lease, r.LeaseUntil = "gone", time.Now().Add(-time.Second)
+		if err = a.store.Update(ctx, r); err == nil {
+			break
+		} else if !errors.Is(err, engine.ErrStale) {
+			t.Fatal(err)
+		}
+	}
+	if s := b.waitOp(bind, op); s != "succeeded" {
+		t.Fatalf("bind driven by b ended %q", s)
+	}
+	cr := b.want(b.do("PUT", bind, bindBody(planStd, nil)), http.StatusOK, "bind again on b").creds()
+	ak := cr["access_key_id"].(string)
+
+	// A late create nobody recorded, newer than the answered key.
+	users := a.users()
+	if len(users) != 1 {
+		t.Fatalf("users = %v, want one", users)
+	}
+	var user string
+	for u := range users {
+		user = u
+	}
+	time.Sleep(1100 * time.Millisecond) // a later CreateDate
+	late, err := a.iam.CreateAccessKey(ctx, &iam.CreateAccessKeyInput{UserName: &user})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	close(wake)
+	waitFor(t, "a's worker to go", func() bool { return a.metric("bucketbroker_operations_in_flight") == 0 })
+	if err := canWrite(ak, cr["secret_access_key"].(string), cr["bucket"].(string)); err != nil {
+		t.Errorf("the answered credentials stopped working: %v", err)
+	}
+	keys := a.users()[user]
+	if !slices.Contains(keys, ak) {
+		t.Errorf("user %s has keys %v: the answered %s was deleted", user, keys, ak)
+	}
+	t.Logf("answered %s, late %s; the user has %v", ak, *late.AccessKey.AccessKeyId, keys)
+}
+
+// TestBindAfterTwoLostKeysConverges: the answers of the bind's first two
+// key calls are lost after the backend made the keys (as two crashes at
+// bind/key-created would leave them), so the user is at IAM's limit with
+// two keys nobody recorded. The third call finds no room; the holder
+// writes its record, which proves both unrecorded, lets them go, and the
+// bind ends with one key, the answered one.
+func TestBindAfterTwoLostKeysConverges(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	id := instancePth + newID()
+	h.want(h.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+	var lost sync.Mutex
+	n := 0
+	h.drv.hook("EnsureCredential/after", func(context.Context) error {
+		lost.Lock()
+		defer lost.Unlock()
+		if n++; n <= 2 {
+			return fmt.Errorf("answer %d lost", n)
+		}
+		return nil
+	})
+	bind := id + "/service_bindings/" + newID()
+	cr := h.want(h.do("PUT", bind, bindBody(planStd, nil)), http.StatusCreated, "bind").creds()
+	ak := cr["access_key_id"].(string)
+	if err := canWrite(ak, cr["secret_access_key"].(string), cr["bucket"].(string)); err != nil {
+		t.Errorf("the answered credentials do not work: %v", err)
+	}
+	users := h.users()
+	if len(users) != 1 {
+		t.Fatalf("users = %v, want one", users)
+	}
+	for u, keys := range users {
+		if !slices.Equal(keys, []string{ak}) {
+			t.Errorf("user %s has keys %v, want only the answered %s", u, keys, ak)
+		}
+	}
+	if got := h.drv.count("EnsureCredential"); got < 4 {
+		t.Errorf("%d key calls, want at least 4 (two lost, one at the limit, one making room)", got)
+	}
+}
+
+// TestLateKeyAfterRebindLeavesNewBinding: holder a is paused inside its key
+// creation; the binding is unbound on b; a's call is carried out (making
+// the user and a key again) and a's write fails. Just as a, finding the
+// record deleted, goes to delete what it made, the same binding id is bound
+// again on b. a deletes only its key, and the user only if no key is left:
+// the new bind's user and answered key stay. (Before, a revoked the whole
+// user, the new bind's key with it.)
+func TestLateKeyAfterRebindLeavesNewBinding(t *testing.T) {
+	const ttl = 4 * time.Second
+	a := newHarness(t, harnessOpts{postgres: true, replica: "a", leaseTTL: ttl})
+	b := newHarness(t, harnessOpts{postgres: true, peer: a, replica: "b", leaseTTL: ttl})
+	id := instancePth + newID()
+	a.want(a.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+
+	paused, wake := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	a.drv.late.Store(true)
+	a.drv.hook("EnsureCredential", func(context.Context) error {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			paused <- struct{}{}
+			<-wake
+		}
+		return nil
+	})
+	bindID := newID()
+	bind := id + "/service_bindings/" + bindID
+	a.want(a.do("PUT", async(bind), bindBody(planStd, nil)), http.StatusAccepted, "bind on a")
+	<-paused
+
+	ctx := context.Background()
+	for {
+		r, err := a.store.Get(ctx, engine.KindBinding, bindID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Lease, r.LeaseUntil = "gone", time.Now().Add(-time.Second)
+		if err = a.store.Update(ctx, r); err == nil {
+			break
+		} else if !errors.Is(err, engine.ErrStale) {
+			t.Fatal(err)
+		}
+	}
+	b.want(b.do("DELETE", del(bind, planStd, false), nil), http.StatusOK, "unbind on b")
+
+	// The rebind happens as a, having read the record deleted, makes its
+	// first deletion.
+	var rebound reply
+	var rebind sync.Once
+	hook := func(context.Context) error {
+		rebind.Do(func() { rebound = b.doQuiet("PUT", bind, bindBody(planStd, nil)) })
+		return nil
+	}
+	a.drv.hook("DeleteAccessKey", hook)
+	a.drv.hook("RevokeCredential", hook)
+	close(wake)
+	waitFor(t, "a's worker to go", func() bool { return a.metric("bucketbroker_operations_in_flight") == 0 })
+	if rebound.code != http.StatusCreated {
+		t.Fatalf("rebind on b = %d %v, want 201", rebound.code, rebound.body)
+	}
+	cr := rebound.creds()
+	ak := cr["access_key_id"].(string)
+	if err := canWrite(ak, cr["secret_access_key"].(string), cr["bucket"].(string)); err != nil {
+		t.Errorf("the rebind's credentials do not work: %v", err)
+	}
+	for u, keys := range a.users() {
+		if !slices.Equal(keys, []string{ak}) {
+			t.Errorf("user %s has keys %v, want only the rebind's %s", u, keys, ak)
+		}
+	}
+}
+
+// TestGoneKeyHoldersKeepEachOthers: holder a has recorded its key, which is
+// then deleted behind the bind's back, and a pauses inside its call that
+// deletes the other keys. b takes over, finds the recorded key gone, makes
+// a key beside the others, records it and answers it. a's call is carried
+// out late: it deletes nothing (the key it keeps is gone), a's write of a
+// new key fails, and a deletes only the key it made. (Before, a's call made
+// a key and deleted every other, the one b had answered with them.)
+func TestGoneKeyHoldersKeepEachOthers(t *testing.T) {
+	const ttl = time.Second
+	a := newHarness(t, harnessOpts{postgres: true, replica: "a", leaseTTL: ttl})
+	b := newHarness(t, harnessOpts{postgres: true, peer: a, replica: "b", leaseTTL: ttl})
+	id := instancePth + newID()
+	a.want(a.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+
+	bindID := newID()
+	bind := id + "/service_bindings/" + bindID
+	paused, wake := make(chan struct{}, 1), make(chan struct{})
+	var mu sync.Mutex
+	calls := 0
+	a.drv.late.Store(true)
+	a.drv.hook("EnsureCredential", func(ctx context.Context) error {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		if n != 2 { // the call that deletes the other keys
+			return nil
+		}
+		r, err := a.store.Get(ctx, engine.KindBinding, bindID)
+		if err != nil {
+			return err
+		}
+		if _, err := a.iam.DeleteAccessKey(ctx, &iam.DeleteAccessKeyInput{UserName: &r.UserName, AccessKeyId: &r.AccessKeyID}); err != nil {
+			return err
+		}
+		paused <- struct{}{}
+		<-wake
+		return nil
+	})
+	op := a.want(a.do("PUT", async(bind), bindBody(planStd, nil)), http.StatusAccepted, "bind on a").str("operation")
+	<-paused
+
+	ctx := context.Background()
+	for {
+		r, err := a.store.Get(ctx, engine.KindBinding, bindID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Lease, r.LeaseUntil = "gone", time.Now().Add(-time.Second)
+		if err = a.store.Update(ctx, r); err == nil {
+			break
+		} else if !errors.Is(err, engine.ErrStale) {
+			t.Fatal(err)
+		}
+	}
+	if s := b.waitOp(bind, op); s != "succeeded" {
+		t.Fatalf("bind driven by b ended %q", s)
+	}
+	cr := b.want(b.do("PUT", bind, bindBody(planStd, nil)), http.StatusOK, "bind again on b").creds()
+	ak := cr["access_key_id"].(string)
+
+	close(wake)
+	waitFor(t, "a's worker to go", func() bool { return a.metric("bucketbroker_operations_in_flight") == 0 })
+	if err := canWrite(ak, cr["secret_access_key"].(string), cr["bucket"].(string)); err != nil {
+		t.Errorf("the answered credentials stopped working: %v", err)
+	}
+	users := a.users()
+	if len(users) != 1 {
+		t.Fatalf("users = %v, want one", users)
+	}
+	for u, keys := range users {
+		if !slices.Equal(keys, []string{ak}) {
+			t.Errorf("user %s has keys %v, want only the answered %s", u, keys, ak)
+		}
+	}
 }

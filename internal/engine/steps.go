@@ -42,6 +42,11 @@ func (e *Engine) step(ctx context.Context, rec *Record, what string, call func(c
 		if e.halted(ctx) {
 			return errHalted
 		}
+		if errors.Is(err, ErrStale) {
+			// A write within the call was refused: another holder
+			// wrote the record, and this one must do nothing more.
+			return err
+		}
 		if driver.Permanent(err) {
 			return giveUp{fmt.Errorf("%s: %w", what, err)}
 		}
@@ -323,63 +328,98 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 	// paused past its lease, or a request a stalled server carries out
 	// late), one records its key first; the other sees it and keeps it, or
 	// fails to record its own (compare-and-swap) and deletes only that.
-	if rec.AccessKeyID == "" || len(rec.SealedSecret) == 0 {
+	for round := 1; ; round++ {
+		if rec.AccessKeyID == "" || len(rec.SealedSecret) == 0 {
+			var cred driver.Credential
+			err := e.step(ctx, rec, "create credential", func(ctx context.Context) (err error) {
+				spec := driver.CredentialSpec{
+					UserName: rec.UserName, Owner: rec.Owner, Bucket: rec.Bucket,
+					Access: driver.Access(rec.Access), KeepOtherKeys: true, AdoptUnmarked: true,
+				}
+				cred, err = e.driver.EnsureCredential(ctx, spec)
+				var full *driver.KeyLimitError
+				if !errors.As(err, &full) {
+					return err
+				}
+				// The user has no room for a key, and the driver deletes none
+				// it cannot know unrecorded. The keys it listed are: this
+				// write succeeds only if nobody wrote the record since this
+				// holder read it without a key, and a holder that takes the
+				// lease later makes its keys after the listing. A holder
+				// that lost its lease stops here (ErrStale) and deletes none.
+				if err := e.save(ctx, rec); err != nil {
+					return err
+				}
+				for _, id := range full.KeyIDs {
+					if id != rec.AccessKeyID {
+						spec.EvictKeyIDs = append(spec.EvictKeyIDs, id)
+					}
+				}
+				cred, err = e.driver.EnsureCredential(ctx, spec)
+				return err
+			})
+			if err != nil {
+				return e.bindFailed(ctx, rec, err)
+			}
+			if cred.SecretAccessKey == "" {
+				return e.finish(ctx, rec, fmt.Errorf("driver returned key %q without its secret", cred.AccessKeyID))
+			}
+			// A new key: record it before anyone is told about it. If we
+			// crash before this write, the resumed bind makes another and
+			// deletes this one with the rest.
+			crashpoint.Hit(crashpoint.BindKeyCreated)
+			sealed, err := e.box.Seal([]byte(cred.SecretAccessKey), sealContext(rec))
+			if err != nil {
+				return e.finish(ctx, rec, err)
+			}
+			rec.AccessKeyID, rec.SealedSecret = cred.AccessKeyID, sealed
+			if err := e.save(ctx, rec); err != nil {
+				e.dropKey(ctx, rec, cred.AccessKeyID)
+				return err
+			}
+			crashpoint.Hit(crashpoint.BindKeyRecorded)
+		}
+		// The record holds the key: now it is made the only one. If it is
+		// gone (deleted behind this bind's back), nothing is deleted: a
+		// key is made beside the others and recorded first, as when none
+		// was recorded.
 		var cred driver.Credential
-		err := e.step(ctx, rec, "create credential", func(ctx context.Context) (err error) {
+		gone := false
+		err := e.step(ctx, rec, "delete other keys", func(ctx context.Context) (err error) {
 			cred, err = e.driver.EnsureCredential(ctx, driver.CredentialSpec{
 				UserName: rec.UserName, Owner: rec.Owner, Bucket: rec.Bucket,
-				Access: driver.Access(rec.Access), KeepOtherKeys: true, AdoptUnmarked: true,
+				Access: driver.Access(rec.Access), KeepKeyID: rec.AccessKeyID, RequireKeepKey: true, AdoptUnmarked: true,
 			})
+			if gone = errors.Is(err, driver.ErrKeyGone); gone {
+				return nil
+			}
 			return err
 		})
 		if err != nil {
 			return e.bindFailed(ctx, rec, err)
 		}
-		if cred.SecretAccessKey == "" {
-			return e.finish(ctx, rec, fmt.Errorf("driver returned key %q without its secret", cred.AccessKeyID))
+		if gone {
+			if round >= 3 {
+				return e.fail(ctx, rec, fmt.Errorf("the recorded key %q was deleted behind this bind's back %d times", rec.AccessKeyID, round))
+			}
+			e.log.Warn("The recorded key is gone; making another beside the others", "kind", rec.Kind, "id", rec.ID, "key_id", rec.AccessKeyID)
+			rec.AccessKeyID, rec.SealedSecret = "", nil
+			continue
 		}
-		// A new key: record it before anyone is told about it. If we
-		// crash before this write, the resumed bind makes another and
-		// deletes this one with the rest.
-		crashpoint.Hit(crashpoint.BindKeyCreated)
-		sealed, err := e.box.Seal([]byte(cred.SecretAccessKey), sealContext(rec))
-		if err != nil {
-			return e.finish(ctx, rec, err)
+		if cred.SecretAccessKey != "" {
+			// A driver that ignores RequireKeepKey replaced the gone key
+			// and deleted the others: the new key is recorded in the
+			// write that ends the operation.
+			sealed, err := e.box.Seal([]byte(cred.SecretAccessKey), sealContext(rec))
+			if err != nil {
+				return e.finish(ctx, rec, err)
+			}
+			rec.AccessKeyID, rec.SealedSecret = cred.AccessKeyID, sealed
+		} else if cred.AccessKeyID != rec.AccessKeyID {
+			return e.finish(ctx, rec, fmt.Errorf("driver kept key %q but the record holds %q", cred.AccessKeyID, rec.AccessKeyID))
 		}
-		rec.AccessKeyID, rec.SealedSecret = cred.AccessKeyID, sealed
-		if err := e.save(ctx, rec); err != nil {
-			e.dropKey(ctx, rec, cred.AccessKeyID)
-			return err
-		}
-		crashpoint.Hit(crashpoint.BindKeyRecorded)
+		return e.finish(ctx, rec, nil)
 	}
-	// The record holds the key: now it is made the only one.
-	var cred driver.Credential
-	err := e.step(ctx, rec, "delete other keys", func(ctx context.Context) (err error) {
-		cred, err = e.driver.EnsureCredential(ctx, driver.CredentialSpec{
-			UserName: rec.UserName, Owner: rec.Owner, Bucket: rec.Bucket,
-			Access: driver.Access(rec.Access), KeepKeyID: rec.AccessKeyID, AdoptUnmarked: true,
-		})
-		return err
-	})
-	if err != nil {
-		return e.bindFailed(ctx, rec, err)
-	}
-	if cred.SecretAccessKey != "" {
-		// The recorded key was gone (deleted behind our back): the new
-		// one replaces it in the write that ends the operation.
-		sealed, err := e.box.Seal([]byte(cred.SecretAccessKey), sealContext(rec))
-		if err != nil {
-			return e.finish(ctx, rec, err)
-		}
-		rec.AccessKeyID, rec.SealedSecret = cred.AccessKeyID, sealed
-	} else if cred.AccessKeyID != rec.AccessKeyID {
-		return e.finish(ctx, rec, fmt.Errorf("driver kept key %q but the record holds %q", cred.AccessKeyID, rec.AccessKeyID))
-	}
-	if err := e.finish(ctx, rec, nil); err != nil {
-		return err
-	}
-	return nil
 }
 
 // bindFailed ends or retries a bind whose EnsureCredential failed. A
@@ -396,8 +436,9 @@ func (e *Engine) bindFailed(ctx context.Context, rec *Record, err error) error {
 // holder wrote the record first, or this one lost its lease or its store):
 // nobody holds it, and whoever recorded a key keeps that one. It is the
 // only side effect of a holder that lost its lease, and it deletes only
-// what that holder made: the key, or the whole user when the binding has
-// been unbound meanwhile (the call may have made the user again). A write that failed may still have been
+// what that holder made: the key, and when the binding has been unbound
+// meanwhile (the call may have made the user again) the user too if no key
+// is left on it. A write that failed may still have been
 // committed: the record is read first, and a key it holds is kept. What
 // cannot be done here (the store or the backend fails, or the driver
 // cannot delete one key) is left to the next bind of the binding or the
@@ -415,10 +456,19 @@ func (e *Engine) dropKey(ctx context.Context, rec *Record, keyID string) {
 	}
 	switch {
 	case err == nil && cur.Phase == PhaseDeleted:
-		// Unbound meanwhile: the user is this holder's making too (the
-		// unbind found none, or revoked it before this call made it
-		// again), and nothing may be left under the name.
-		err = e.driver.RevokeCredential(ctx, rec.UserName, rec.Owner)
+		// Unbound meanwhile: this call may have made the user again
+		// (the unbind found none, or revoked it before). The key goes,
+		// and the user only if no key is left: the same binding id may
+		// have been bound again since the read, and that bind's user and
+		// key are not this holder's to delete.
+		if err = a.DeleteAccessKey(ctx, rec.UserName, rec.Owner, keyID); err != nil {
+			break
+		}
+		var obs driver.Observation
+		obs, err = e.driver.Observe(ctx, driver.ObserveRequest{UserName: rec.UserName})
+		if err == nil && obs.UserExists && obs.UserOwner == rec.Owner && len(obs.KeyIDs) == 0 {
+			err = e.driver.RevokeCredential(ctx, rec.UserName, rec.Owner)
+		}
 	case err == nil:
 		err = a.DeleteAccessKey(ctx, rec.UserName, rec.Owner, keyID)
 	}

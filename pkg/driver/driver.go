@@ -3,6 +3,8 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 )
 
 // Sentinel errors a caller branches on. Drivers wrap them with context:
@@ -18,7 +20,25 @@ var (
 	// fix (an invalid name, an unsupported option such as versioning on a
 	// server that has none).
 	ErrInvalid = errors.New("invalid request for this backend")
+	// ErrKeyGone is EnsureCredential's answer, with CredentialSpec
+	// RequireKeepKey, when the KeepKeyID key is not live. The driver
+	// changed nothing.
+	ErrKeyGone = errors.New("the key to keep is gone")
 )
+
+// KeyLimitError is EnsureCredential's answer, with KeepOtherKeys, when the
+// user's keys leave no room for a new one and none of them may be deleted
+// (see CredentialSpec.EvictKeyIDs). KeyIDs are the user's keys as listed.
+// It is not permanent: a caller that proves them unrecorded retries with
+// them in EvictKeyIDs.
+type KeyLimitError struct {
+	UserName string
+	KeyIDs   []string
+}
+
+func (e *KeyLimitError) Error() string {
+	return fmt.Sprintf("user %q has as many keys as the backend allows (%s), none of them known to be unrecorded", e.UserName, strings.Join(e.KeyIDs, ", "))
+}
 
 // Permanent reports whether err is one that retrying cannot fix.
 func Permanent(err error) bool {
@@ -95,8 +115,21 @@ type CredentialSpec struct {
 	// neither deletes the key the other recorded. drivertest checks it; a
 	// driver that ignores it still works, with the overlap then guarded by
 	// the engine's lease alone. A driver whose backend limits a user's
-	// keys may delete the oldest others to make room for the new one.
+	// keys deletes none of the others to make room for the new one unless
+	// they are in EvictKeyIDs: with no room, it fails with *KeyLimitError.
 	KeepOtherKeys bool
+	// EvictKeyIDs are keys the caller has proved nobody recorded (the
+	// engine lists them from a KeyLimitError and then writes its record,
+	// a compare-and-swap that no other holder has written since). With
+	// KeepOtherKeys, a backend's limit on a user's keys lets only these,
+	// oldest first, be deleted to make room for the new key.
+	EvictKeyIDs []string
+	// RequireKeepKey makes EnsureCredential, when the KeepKeyID key is not
+	// live, delete nothing and fail with ErrKeyGone (without it, a new key
+	// is made and every other deleted). The engine then makes a key beside
+	// the others and records it before any is deleted, as for a missing
+	// one. A driver that ignores it still works, as it did before.
+	RequireKeepKey bool
 	// AdoptUnmarked lets EnsureCredential adopt an existing user with no
 	// owner mark at all: the user is marked (and given whatever else
 	// creation sets), then treated as the caller's own, so its other keys

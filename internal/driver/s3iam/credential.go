@@ -124,6 +124,11 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 	if spec.KeepOtherKeys {
 		return d.addKey(ctx, spec, keys)
 	}
+	if spec.RequireKeepKey && spec.KeepKeyID != "" && !slices.ContainsFunc(keys, func(k types.AccessKeyMetadata) bool {
+		return aws.ToString(k.AccessKeyId) == spec.KeepKeyID
+	}) {
+		return driver.Credential{}, fmt.Errorf("key %s of user %q: %w", spec.KeepKeyID, spec.UserName, driver.ErrKeyGone)
+	}
 	kept := false
 	for _, k := range keys {
 		id := aws.ToString(k.AccessKeyId)
@@ -180,8 +185,9 @@ func (d *Driver) newUserCredential(ctx context.Context, user, policy string) (dr
 
 // addKey is EnsureCredential with spec.KeepOtherKeys: the kept key if it
 // is live, else a new key beside the others. The others are left for the
-// caller to delete once it has recorded its key, except that the oldest
-// give way when IAM's limit on a user's keys leaves no room for a new one.
+// caller to delete once it has recorded its key. When IAM's limit on a
+// user's keys leaves no room for a new one, the oldest of spec.EvictKeyIDs
+// give way, and with none of them there, the call fails (KeyLimitError).
 func (d *Driver) addKey(ctx context.Context, spec driver.CredentialSpec, keys []types.AccessKeyMetadata) (driver.Credential, error) {
 	for _, k := range keys {
 		if id := aws.ToString(k.AccessKeyId); spec.KeepKeyID != "" && id == spec.KeepKeyID {
@@ -199,10 +205,25 @@ func (d *Driver) addKey(ctx context.Context, spec driver.CredentialSpec, keys []
 	slices.SortFunc(keys, func(a, b types.AccessKeyMetadata) int {
 		return aws.ToTime(a.CreateDate).Compare(aws.ToTime(b.CreateDate))
 	})
-	for ; len(keys) >= maxKeysPerUser; keys = keys[1:] {
-		if err := d.deleteKey(ctx, spec.UserName, aws.ToString(keys[0].AccessKeyId)); err != nil {
+	// Only keys the caller proved unrecorded give way: any other may be
+	// the one another holder recorded (guarantee 10).
+	for i := 0; len(keys) >= maxKeysPerUser; {
+		if i == len(keys) {
+			ids := make([]string, len(keys))
+			for j, k := range keys {
+				ids[j] = aws.ToString(k.AccessKeyId)
+			}
+			return driver.Credential{}, &driver.KeyLimitError{UserName: spec.UserName, KeyIDs: ids}
+		}
+		id := aws.ToString(keys[i].AccessKeyId)
+		if !slices.Contains(spec.EvictKeyIDs, id) {
+			i++
+			continue
+		}
+		if err := d.deleteKey(ctx, spec.UserName, id); err != nil {
 			return driver.Credential{}, err
 		}
+		keys = slices.Delete(keys, i, i+1)
 	}
 	return d.createKey(ctx, spec.UserName)
 }

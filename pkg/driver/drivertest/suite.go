@@ -120,16 +120,18 @@ func Run(t *testing.T, cfg Config) {
 			"Versioning":            s.testVersioning,
 		}},
 		{"Credential", map[string]func(*testing.T){
-			"EnsureTwiceKeepsKey": s.testCredentialTwice,
-			"RevokeTwice":         s.testRevokeTwice,
-			"RevokeWithExtras":    s.testRevokeWithExtras,
-			"LostAnswer":          s.testLostAnswer,
-			"KeepOtherKeys":       s.testKeepOtherKeys,
-			"Scope":               s.testScope,
-			"OwnedByOther":        s.testUserOwnedByOther,
-			"Unmarked":            s.testUserUnmarked,
-			"AdoptUnmarked":       s.testUserAdoptUnmarked,
-			"InvalidAccess":       s.testInvalidAccess,
+			"EnsureTwiceKeepsKey":  s.testCredentialTwice,
+			"RevokeTwice":          s.testRevokeTwice,
+			"RevokeWithExtras":     s.testRevokeWithExtras,
+			"LostAnswer":           s.testLostAnswer,
+			"KeepOtherKeys":        s.testKeepOtherKeys,
+			"KeepOtherKeysAtLimit": s.testKeepOtherKeysAtLimit,
+			"RequireKeepKey":       s.testRequireKeepKey,
+			"Scope":                s.testScope,
+			"OwnedByOther":         s.testUserOwnedByOther,
+			"Unmarked":             s.testUserUnmarked,
+			"AdoptUnmarked":        s.testUserAdoptUnmarked,
+			"InvalidAccess":        s.testInvalidAccess,
 		}},
 		{"Names", map[string]func(*testing.T){
 			"DerivedNamesWork": s.testNames,
@@ -634,6 +636,87 @@ func (s *suite) testKeepOtherKeys(t *testing.T) {
 		t.Errorf("live keys = %q, want only [%s]", obs.KeyIDs, second.AccessKeyID)
 	}
 	s.wantDenied(ctx, t, "put with the deleted first key", func() error { return put(ctx, c1, n.bucket, "k3", "v") })
+}
+
+// testKeepOtherKeysAtLimit: a KeepOtherKeys call never deletes a key the
+// caller did not name in EvictKeyIDs, whatever the backend's limit on a
+// user's keys: with no room left it fails with *driver.KeyLimitError and
+// changes nothing; named keys give way (guarantee 10: another holder may
+// have recorded any other).
+func (s *suite) testKeepOtherKeysAtLimit(t *testing.T) {
+	ctx := testContext(t)
+	n := s.newNames(t)
+	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
+	spec := driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite, KeepOtherKeys: true}
+	var made []string
+	var full *driver.KeyLimitError
+	for len(made) < 10 {
+		c, err := s.cfg.Driver.EnsureCredential(ctx, spec)
+		if errors.As(err, &full) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("EnsureCredential(KeepOtherKeys) after %d keys: %v", len(made), err)
+		}
+		made = append(made, c.AccessKeyID)
+	}
+	obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
+	if got, want := slices.Sorted(slices.Values(obs.KeyIDs)), slices.Sorted(slices.Values(made)); !slices.Equal(got, want) {
+		t.Fatalf("live keys = %q, want every key made %q", got, want)
+	}
+	if full == nil {
+		t.Skipf("no limit on a user's keys reached with %d keys", len(made))
+	}
+	if got, want := slices.Sorted(slices.Values(full.KeyIDs)), slices.Sorted(slices.Values(made)); !slices.Equal(got, want) {
+		t.Errorf("KeyLimitError names %q, want the live keys %q", got, want)
+	}
+	if len(made) < 2 {
+		t.Skipf("a limit of %d key leaves no key to keep beside an evicted one", len(made))
+	}
+	// The newest may go; the oldest (as if recorded) must stay.
+	spec.EvictKeyIDs = made[1:]
+	c, err := s.cfg.Driver.EnsureCredential(ctx, spec)
+	if err != nil {
+		t.Fatalf("EnsureCredential(KeepOtherKeys, EvictKeyIDs=%q): %v", spec.EvictKeyIDs, err)
+	}
+	obs = s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
+	if !slices.Contains(obs.KeyIDs, made[0]) || !slices.Contains(obs.KeyIDs, c.AccessKeyID) {
+		t.Errorf("live keys = %q, want the unnamed %s and the new %s", obs.KeyIDs, made[0], c.AccessKeyID)
+	}
+}
+
+// testRequireKeepKey: with RequireKeepKey, a KeepKeyID key that is gone
+// makes EnsureCredential fail with ErrKeyGone and delete nothing (the
+// engine then makes a key beside the others and records it first); with
+// the key live, the others are deleted as without it.
+func (s *suite) testRequireKeepKey(t *testing.T) {
+	ctx := testContext(t)
+	n := s.newNames(t)
+	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
+	spec := driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite}
+	first := s.ensureCredential(ctx, t, spec)
+	spec.KeepOtherKeys = true
+	second, err := s.cfg.Driver.EnsureCredential(ctx, spec)
+	if err != nil {
+		t.Fatalf("EnsureCredential(KeepOtherKeys): %v", err)
+	}
+	spec.KeepOtherKeys, spec.RequireKeepKey = false, true
+	spec.KeepKeyID = "AKIAGONE" + strings.Repeat("0", 12)
+	_, err = s.cfg.Driver.EnsureCredential(ctx, spec)
+	wantErrorIs(t, "EnsureCredential(RequireKeepKey, KeepKeyID=gone)", err, driver.ErrKeyGone)
+	both := slices.Sorted(slices.Values([]string{first.AccessKeyID, second.AccessKeyID}))
+	obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
+	if got := slices.Sorted(slices.Values(obs.KeyIDs)); !slices.Equal(got, both) {
+		t.Errorf("live keys = %q, want both %q untouched", got, both)
+	}
+	spec.KeepKeyID = second.AccessKeyID
+	if got, err := s.cfg.Driver.EnsureCredential(ctx, spec); err != nil || got.AccessKeyID != second.AccessKeyID {
+		t.Fatalf("EnsureCredential(RequireKeepKey, KeepKeyID=second) = %q, %v; want the second key", got.AccessKeyID, err)
+	}
+	obs = s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
+	if !slices.Equal(obs.KeyIDs, []string{second.AccessKeyID}) {
+		t.Errorf("live keys = %q, want only [%s]", obs.KeyIDs, second.AccessKeyID)
+	}
 }
 
 func (s *suite) testScope(t *testing.T) {
