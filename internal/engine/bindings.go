@@ -26,26 +26,40 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 	if err != nil {
 		return BindResult{}, invalidf("parameters: %v", err)
 	}
-	if err := plan.Validate(catalog.ForBind, params); err != nil {
-		return BindResult{}, invalidf("%v", err)
-	}
-	var bp bindingParams
-	if err := decodeParams(params, &bp); err != nil {
-		return BindResult{}, invalidf("parameters: %v", err)
-	}
-	access := plan.Settings().DefaultAccess()
-	if bp.Access != "" {
-		access = driver.Access(bp.Access)
-	}
-	if !plan.Settings().AllowsAccess(access) {
-		return BindResult{}, invalidf("plan %q does not allow %s bindings", plan.Name, access)
-	}
 	pred := req.PredecessorBindingID
-	if pred != "" && !plan.Rotatable() {
-		return BindResult{}, invalidf("plan %q does not allow binding rotation", plan.Name)
+	bindResource, err := canonicalObject(req.BindResource)
+	if err != nil {
+		return BindResult{}, invalidf("bind_resource: %v", err)
 	}
-	if pred == req.BindingID && pred != "" {
-		return BindResult{}, invalidf("binding %s cannot rotate itself", pred)
+	r := Request{ServiceID: req.ServiceID, PlanID: req.PlanID, Parameters: params,
+		AppGUID: req.AppGUID, BindResource: bindResource, Context: req.Context, Predecessor: pred}
+	fp := fingerprint(req.InstanceID, r)
+	how := e.answering(req.AcceptsIncomplete, nil)
+	var bp bindingParams
+	var access driver.Access // the new binding's, once check ran
+	// check runs before anything is written or answered, except for an
+	// exact replay of a live binding (see creation.check).
+	check := func() error {
+		if err := plan.Validate(catalog.ForBind, params); err != nil {
+			return invalidf("%v", err)
+		}
+		if err := decodeParams(params, &bp); err != nil {
+			return invalidf("parameters: %v", err)
+		}
+		access = plan.Settings().DefaultAccess()
+		if bp.Access != "" {
+			access = driver.Access(bp.Access)
+		}
+		if !plan.Settings().AllowsAccess(access) {
+			return invalidf("plan %q does not allow %s bindings", plan.Name, access)
+		}
+		if pred != "" && !plan.Rotatable() {
+			return invalidf("plan %q does not allow binding rotation", plan.Name)
+		}
+		if pred == req.BindingID && pred != "" {
+			return invalidf("binding %s cannot rotate itself", pred)
+		}
+		return checkFreeForm(r)
 	}
 	// rotation returns the access of a new binding: a rotation's is its
 	// predecessor's, looked up only when the binding is recorded anew (a
@@ -66,51 +80,32 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 		}
 		return driver.Access(p.Access), nil
 	}
-	bindResource, err := canonicalObject(req.BindResource)
-	if err != nil {
-		return BindResult{}, invalidf("bind_resource: %v", err)
-	}
-	r := Request{ServiceID: req.ServiceID, PlanID: req.PlanID, Parameters: params,
-		AppGUID: req.AppGUID, BindResource: bindResource, Context: req.Context, Predecessor: pred}
-	if err := checkFreeForm(r); err != nil {
-		return BindResult{}, err
-	}
-	fp := fingerprint(req.InstanceID, r)
-	how := e.answering(req.AcceptsIncomplete, nil)
 
-	for range maxCASRetries {
-		rec, err := e.store.Get(ctx, KindBinding, req.BindingID)
-		switch {
-		case errors.Is(err, ErrNotFound):
+	rec, created, err := e.recordCreation(ctx, creation{
+		kind: KindBinding, id: req.BindingID, op: OpBind,
+		same:  func(rec *Record) bool { return rec.Fingerprint == fp && rec.Request.Predecessor == pred },
+		check: check,
+		fresh: func() (*Record, error) {
 			inst, err := e.bindableInstance(ctx, req)
 			if err != nil {
-				return BindResult{}, err
+				return nil, err
 			}
 			access, err := rotation()
 			if err != nil {
-				return BindResult{}, err
+				return nil, err
 			}
-			rec = e.newBinding(req, inst, r, fp, access)
+			rec := e.newBinding(req, inst, r, fp, access)
 			rec.UserAttempted = e.userFree(ctx, rec, how)
-			err = e.store.Insert(ctx, rec)
-			if errors.Is(err, ErrExists) {
-				continue // a concurrent duplicate won; answer from its record
-			} else if err != nil {
-				return BindResult{}, e.storeErr(ctx, err)
-			}
-			return e.bindStarted(ctx, rec, req.AcceptsIncomplete)
-		case err != nil:
-			return BindResult{}, e.storeErr(ctx, err)
-		}
-		same := rec.Fingerprint == fp && rec.Request.Predecessor == pred
-		if rec.Phase == PhaseDeleted || (rec.Phase == PhaseFailed && same && rec.Op.Type == OpBind) {
+			return rec, nil
+		},
+		again: func(rec *Record) error {
 			inst, err := e.bindableInstance(ctx, req)
 			if err != nil {
-				return BindResult{}, err
+				return err
 			}
 			access, err := rotation()
 			if err != nil {
-				return BindResult{}, err
+				return err
 			}
 			if rec.Phase == PhaseDeleted {
 				rec.AccessKeyID, rec.SealedSecret = "", nil
@@ -126,28 +121,25 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 			rec.InstanceID, rec.Bucket, rec.Request, rec.Fingerprint = inst.ID, inst.Bucket, r, fp
 			rec.Access, rec.Phase = string(access), PhaseProvisioning
 			rec.startOp(e.newOp(OpBind, req.AcceptsIncomplete, req.Identity))
-			if err := e.save(ctx, rec); errors.Is(err, ErrStale) {
-				continue
-			} else if err != nil {
-				return BindResult{}, e.storeErr(ctx, err)
-			}
-			return e.bindStarted(ctx, rec, req.AcceptsIncomplete)
-		}
-		if !same {
-			return BindResult{}, fmt.Errorf("%w: binding %s exists with different attributes", ErrConflict, req.BindingID)
-		}
-		switch rec.Phase {
-		case PhaseProvisioning:
-			res, err := e.inFlight(ctx, rec, req.AcceptsIncomplete)
-			return e.withCredentials(ctx, rec, res, err)
-		case PhaseReady:
-			creds, err := e.credentials(rec)
-			return BindResult{Result: Result{Outcome: OutcomeOK}, Credentials: creds}, err
-		default:
-			return BindResult{}, fmt.Errorf("%w: binding %s is being deleted, or its unbind failed", ErrConcurrency, req.BindingID)
-		}
+			return nil
+		},
+	})
+	if err != nil {
+		return BindResult{}, err
 	}
-	return BindResult{}, fmt.Errorf("%w: binding %s keeps changing", ErrConcurrency, req.BindingID)
+	if created {
+		return e.bindStarted(ctx, rec, req.AcceptsIncomplete)
+	}
+	switch rec.Phase {
+	case PhaseProvisioning:
+		res, err := e.inFlight(ctx, rec, req.AcceptsIncomplete)
+		return e.withCredentials(ctx, rec, res, err)
+	case PhaseReady:
+		creds, err := e.credentials(rec)
+		return BindResult{Result: Result{Outcome: OutcomeOK}, Credentials: creds}, err
+	default:
+		return BindResult{}, fmt.Errorf("%w: binding %s is being deleted, or its unbind failed", ErrConcurrency, req.BindingID)
+	}
 }
 
 // userFree looks, before the intent is recorded, whether the binding's user

@@ -260,6 +260,9 @@ type harnessOpts struct {
 	noStart bool
 	// syncBudget is the engine's SyncBudget.
 	syncBudget time.Duration
+	// catalog replaces the built-in catalog (a restart with a changed
+	// catalog, as a peer).
+	catalog *catalog.Catalog
 }
 
 func newHarness(t testing.TB, opts ...harnessOpts) *harness {
@@ -302,13 +305,17 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 		key, prefix = o.peer.key, o.peer.prefix
 	}
 	box, _ := secretbox.New(key)
+	cat := catalog.Default()
+	if o.catalog != nil {
+		cat = o.catalog
+	}
 	reg := prometheus.NewRegistry()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	eng, err := engine.New(engine.Options{
-		Store: store, Driver: drv, Catalog: catalog.Default(), Box: box, Prefix: prefix, Logger: log,
+		Store: store, Driver: drv, Catalog: cat, Box: box, Prefix: prefix, Logger: log,
 		Endpoint:     engine.Endpoint{URL: gw.S3Endpoint(), Region: gw.Region(), PathStyle: true},
 		SyncTimeout:  o.syncTimeout,
 		SyncBudget:   o.syncBudget,
@@ -327,8 +334,8 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 			t.Fatal(err)
 		}
 	}
-	cat, _ := catalog.Default().JSON()
-	h, err := osb.NewHandler(osb.Options{Instances: eng, Bindings: eng, Catalog: cat,
+	served, _ := cat.JSON()
+	h, err := osb.NewHandler(osb.Options{Instances: eng, Bindings: eng, Catalog: served,
 		Username: brokerUser, Password: brokerPass, Logger: log})
 	if err != nil {
 		t.Fatal(err)

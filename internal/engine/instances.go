@@ -13,10 +13,6 @@ import (
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
-// maxCASRetries bounds how often a request re-reads a record that changed
-// under it before it gives up with a concurrency error.
-const maxCASRetries = 20
-
 // Provision creates the instance's record and drives its provision, or
 // answers a duplicate from the stored record (see the table "OSB answers"
 // in docs/architecture.md).
@@ -43,82 +39,48 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 		OrganizationGUID: req.OrganizationGUID, SpaceGUID: req.SpaceGUID, Context: req.Context,
 		Maintenance: plan.Maintenance().Version}
 	fp := fingerprint("", r)
-	// The schema check runs before anything is written or answered, except
-	// for an exact replay of a live instance: its parameters passed when
-	// they were first accepted.
-	validated := false
-	validate := func() error {
-		if validated {
-			return nil
-		}
-		if err := plan.Validate(catalog.ForCreate, params); err != nil {
-			return invalidf("%v", err)
-		}
-		if err := checkFreeForm(r); err != nil {
-			return err
-		}
-		if err := checkLabels(params); err != nil {
-			return err
-		}
-		validated = true
-		return nil
-	}
-
-	// Read first: a re-sent request is answered from the record without a
-	// write. The insert below stays the only arbiter between concurrent
-	// first requests.
-	for range maxCASRetries {
-		rec, err := e.store.Get(ctx, KindInstance, req.InstanceID)
-		replay := err == nil && rec.Fingerprint == fp && rec.Phase != PhaseDeleted && rec.Phase != PhaseFailed
-		if !replay && (err == nil || errors.Is(err, ErrNotFound)) {
-			if err := validate(); err != nil {
-				return Result{}, err
+	rec, created, err := e.recordCreation(ctx, creation{
+		kind: KindInstance, id: req.InstanceID, op: OpProvision,
+		same: func(rec *Record) bool { return rec.Fingerprint == fp },
+		check: func() error {
+			if err := plan.Validate(catalog.ForCreate, params); err != nil {
+				return invalidf("%v", err)
 			}
-		}
-		if errors.Is(err, ErrNotFound) {
+			if err := checkFreeForm(r); err != nil {
+				return err
+			}
+			return checkLabels(params)
+		},
+		fresh: func() (*Record, error) {
 			fresh := e.newInstance(req.InstanceID, r, fp, e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
 			fresh.BucketAttempted = e.bucketFree(ctx, fresh, how)
-			err = e.store.Insert(ctx, fresh)
-			if errors.Is(err, ErrExists) {
-				continue // a concurrent duplicate won; answer from its record
-			} else if err != nil {
-				return Result{}, e.storeErr(ctx, err)
-			}
-			crashpoint.Hit(crashpoint.ProvisionRecordWritten)
-			e.log.Info("Provisioning instance", "id", req.InstanceID, "plan", plan.Name, "bucket", fresh.Bucket, "operation", fresh.Op.ID)
-			return e.started(ctx, fresh, OutcomeCreated, how)
-		} else if err != nil {
-			return Result{}, e.storeErr(ctx, err)
-		}
-		if rec.Phase == PhaseDeleted || (rec.Phase == PhaseFailed && rec.Fingerprint == fp && rec.Op.Type == OpProvision) {
-			// Provision again: a deleted id may be reused, a failed
-			// provision is retried from the steps it has done.
+			return fresh, nil
+		},
+		again: func(rec *Record) error {
 			if rec.Phase == PhaseDeleted {
 				rec.BucketAttempted = e.bucketFree(ctx, rec, how)
 			}
 			rec.Request, rec.Fingerprint, rec.Phase = r, fp, PhaseProvisioning
 			rec.startOp(e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
-			if err := e.save(ctx, rec); errors.Is(err, ErrStale) {
-				continue
-			} else if err != nil {
-				return Result{}, e.storeErr(ctx, err)
-			}
-			crashpoint.Hit(crashpoint.ProvisionRecordWritten)
-			return e.started(ctx, rec, OutcomeCreated, how)
-		}
-		if rec.Fingerprint != fp {
-			return Result{}, fmt.Errorf("%w: instance %s exists with different attributes", ErrConflict, req.InstanceID)
-		}
-		switch rec.Phase {
-		case PhaseProvisioning:
-			return e.inFlight(ctx, rec, req.AcceptsIncomplete)
-		case PhaseReady, PhaseUpdating:
-			return Result{Outcome: OutcomeOK}, nil
-		default: // deprovisioning, or failed by a later operation
-			return Result{}, fmt.Errorf("%w: instance %s is being deprovisioned, or its deprovision failed", ErrConcurrency, req.InstanceID)
-		}
+			return nil
+		},
+	})
+	if err != nil {
+		return Result{}, err
 	}
-	return Result{}, fmt.Errorf("%w: instance %s keeps changing", ErrConcurrency, req.InstanceID)
+	if created {
+		crashpoint.Hit(crashpoint.ProvisionRecordWritten)
+		e.log.Info("Provisioning instance", "id", req.InstanceID, "plan", plan.Name, "bucket", rec.Bucket, "operation", rec.Op.ID)
+		return e.started(ctx, rec, OutcomeCreated, how)
+	}
+	switch rec.Phase {
+	case PhaseProvisioning:
+		return e.inFlight(ctx, rec, req.AcceptsIncomplete)
+	case PhaseReady, PhaseUpdating:
+		return Result{Outcome: OutcomeOK}, nil
+	default: // deprovisioning, or failed by a later operation
+		return Result{}, fmt.Errorf("%w: instance %s is being deprovisioned, or its deprovision failed", ErrConcurrency, req.InstanceID)
+	}
 }
 
 // checkMaintenance refuses a maintenance_info.version that is not the

@@ -74,15 +74,28 @@ func New(drv driver.Driver, opts Options) (*Provisioner, error) {
 // SetupWithManager adds the controller to mgr. mgr should be built with
 // ManagerOptions (or at least its Scheme and Cache).
 func (p *Provisioner) SetupWithManager(mgr ctrl.Manager) error {
-	r, err := objectbucket.NewReconciler(mgr, p.drv, objectbucket.Options{
-		ProvisionerName: p.opts.Name, Prefix: p.opts.NamePrefix,
-		BucketHost: p.opts.Host, BucketPort: p.opts.Port, Region: p.opts.Region, SubRegion: p.opts.SubRegion,
-		MaxConcurrentReconciles: p.opts.MaxConcurrentReconciles,
-	})
+	r, err := objectbucket.NewReconciler(mgr, p.drv, p.opts.reconciler())
 	if err != nil {
 		return err
 	}
 	return r.SetupWithManager(mgr)
+}
+
+// reconciler converts Options to the reconciler's: the one place the two
+// meet. Options keeps its own, stable names for vendors, and leaves out
+// what the reconciler offers tests only (SkipNameValidation);
+// TestOptionsReachTheReconciler fails when a field is added to one and
+// not carried over to the other.
+func (o Options) reconciler() objectbucket.Options {
+	return objectbucket.Options{
+		ProvisionerName:         o.Name,
+		Prefix:                  o.NamePrefix,
+		BucketHost:              o.Host,
+		BucketPort:              o.Port,
+		Region:                  o.Region,
+		SubRegion:               o.SubRegion,
+		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+	}
 }
 
 // Scheme returns a scheme with the Kubernetes built-in types and the
