@@ -5,7 +5,9 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -41,7 +43,15 @@ var userStorePassThrough = []string{
 func declaredOn(t *testing.T, recv string) map[string]bool {
 	t.Helper()
 	fset := token.NewFileSet()
-	entries, err := os.ReadDir(".")
+	// This file's folder, not ".": versitygw's posix backend changes the
+	// process's working directory to its root (another test's, perhaps
+	// removed by now).
+	_, self, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("cannot find this test's source file")
+	}
+	dir := filepath.Dir(self)
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +60,7 @@ func declaredOn(t *testing.T, recv string) map[string]bool {
 		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
 			continue
 		}
-		f, err := parser.ParseFile(fset, e.Name(), nil, 0)
+		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
