@@ -28,6 +28,7 @@ var (
 	scaleTest        = flag.Int("scale-test", 2000, "instances TestScale provisions and binds (200 with -short)")
 	scaleConcurrency = flag.Int("scale-concurrency", 8, "clients provisioning and binding at once in the scale runs")
 	scaleStore       = flag.String("scale-store", "sqlite", "state store of the scale runs: sqlite (in the data dir) or postgres (hack/with-test-servers.sh)")
+	scaleProfile     = flag.String("scale-profile", "", "folder for the broker's profiles (through --pprof-listen): the heap after the load, and the CPU of the restart's first 5 s")
 )
 
 // scaleResult is what one scale run measured.
@@ -125,6 +126,11 @@ func runScale(tb testing.TB, n int) scaleResult {
 	default:
 		tb.Fatalf("-scale-store %q: want sqlite or postgres", *scaleStore)
 	}
+	var pprof string
+	if *scaleProfile != "" {
+		pprof = harness.FreeAddr(tb)
+		b.Args = append(b.Args, "--pprof-listen", pprof)
+	}
 	b.Start()
 	r := scaleResult{n: n, lat: make([]time.Duration, n)}
 
@@ -172,13 +178,34 @@ func runScale(tb testing.TB, n int) scaleResult {
 		tb.Fatal(err)
 	}
 	r.readyz = readyzMedian(tb, b)
+	if pprof != "" {
+		fetchProfile(tb, "http://"+pprof+"/debug/pprof/heap", filepath.Join(*scaleProfile, "heap-loaded.prof"))
+	}
 
 	t0 := time.Now()
 	b.Stop()
 	r.stop = time.Since(t0)
 	r.parts = dataDirUse(tb, b.DataDir)
 	r.users = iamUsers(tb, b.DataDir)
+	var profiled chan struct{}
+	if pprof != "" {
+		// The profile server starts before anything else in serve: poll it
+		// from before the process starts, so the profile covers start-up.
+		profiled = make(chan struct{})
+		go func() {
+			defer close(profiled)
+			for range 2000 {
+				if fetchProfile(nil, "http://"+pprof+"/debug/pprof/profile?seconds=5", filepath.Join(*scaleProfile, "restart-cpu.prof")) {
+					return
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+	}
 	r.restart = restartToReady(tb, b)
+	if profiled != nil {
+		<-profiled
+	}
 	if r.memRestart, err = harness.ProcMemory(b.Pid()); err != nil {
 		tb.Fatal(err)
 	}
@@ -199,6 +226,9 @@ func runScale(tb testing.TB, n int) scaleResult {
 	}
 	b.Stop()
 
+	if pprof != "" { // serve's flag, not admin audit's
+		b.Args = slices.DeleteFunc(b.Args, func(a string) bool { return a == "--pprof-listen" || a == pprof })
+	}
 	if r.audit, err = b.AuditMeasured(); err != nil {
 		tb.Fatal(err)
 	}
@@ -206,6 +236,34 @@ func runScale(tb testing.TB, n int) scaleResult {
 		tb.Fatalf("admin audit at %d instances: exit %d, want 0 (no drift):\n%s", n, r.audit.Code, harness.Tail(r.audit.Output, 4000))
 	}
 	return r
+}
+
+// fetchProfile writes what url answers to file and tells whether it did;
+// a request that finds nothing listening returns false, any other failure
+// fails tb (when tb is nil, it returns false too).
+func fetchProfile(tb testing.TB, url, file string) bool {
+	resp, err := (&http.Client{Timeout: time.Minute}).Get(url)
+	if err != nil {
+		if tb != nil {
+			tb.Fatal(err)
+		}
+		return false
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	if err == nil {
+		err = os.WriteFile(file, data, 0o644)
+	}
+	if err != nil {
+		if tb != nil {
+			tb.Fatal(err)
+		}
+		return false
+	}
+	return true
 }
 
 func scaleInstance(i int) string { return fmt.Sprintf("/v2/service_instances/scale-%07d", i) }
