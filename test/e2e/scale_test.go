@@ -427,9 +427,7 @@ func TestScale(t *testing.T) {
 // runs the load once whatever b.N is: run it with -benchtime 1x.
 func BenchmarkScale(b *testing.B) {
 	r := runScale(b, *scaleInstances)
-	var sb strings.Builder
-	r.report(&sb)
-	b.Log("\n" + sb.String())
+	r.report(os.Stdout) // b.Log would be cut to its first lines without -v
 	first, _ := r.latency(0, r.tenth())
 	last, _ := r.latency(r.n-r.tenth(), r.n)
 	t := r.total()
