@@ -84,9 +84,10 @@ bench: ## Run issue 17's benchmarks (each beside its baseline) against real serv
 	  $(GO) test -run "^$$" -bench "Scale$$" -benchtime 1x -timeout 30m ./test/e2e -scale 2000'
 
 # Issue 17's target 4 at full size: one broker on the embedded defaults
-# provisions and binds SCALE instances (one binding each). About an hour at
-# 100,000 on 2 shared cores, estimated from 20,000 (docs/performance.md); not
-# run by CI, which runs TestScale at 2,000 in `make test`.
+# provisions and binds SCALE instances (one binding each). About two hours at
+# 100,000 on 2 shared cores, estimated from 20,000, half of it admin audit
+# (docs/performance.md); not run by CI, which runs TestScale at 2,000 in
+# `make test`.
 .PHONY: bench-scale
 bench-scale: ## Run the scale benchmark at SCALE instances (default 100,000; SCALE_STORE=postgres for PostgreSQL); hours, not in CI
 	hack/with-test-servers.sh $(GO) test -run '^$$' -bench 'Scale$$' -benchtime 1x -timeout 12h -v ./test/e2e \
