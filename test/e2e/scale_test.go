@@ -37,6 +37,10 @@ type scaleResult struct {
 	load     time.Duration   // provisioning and binding all n
 	lat      []time.Duration // provision + bind of instance i, by i
 	cpu      time.Duration   // the broker's CPU (user + system) during the load
+	// cpuTenth[k] is the broker's CPU while the (k+1)th tenth of the
+	// instances completed: less moved by other work on the machine than
+	// latency, so growth with the count shows in it too.
+	cpuTenth [10]time.Duration
 
 	mem, memRestart harness.Memory // after the load; after a restart, ready
 	readyz          time.Duration  // median /readyz, after the load
@@ -90,6 +94,13 @@ func (r scaleResult) report(w io.Writer) {
 		tenths = append(tenths, fmt.Sprintf("%.1f", ms(p50)))
 	}
 	fmt.Fprintf(w, "  p50 per tenth (ms): %s\n", strings.Join(tenths, " "))
+	var cpus []string
+	for _, c := range r.cpuTenth {
+		if r.n >= 10 {
+			cpus = append(cpus, fmt.Sprintf("%.1f", ms(c)/float64(r.n/10)))
+		}
+	}
+	fmt.Fprintf(w, "  broker CPU per instance per tenth (ms): %s\n", strings.Join(cpus, " "))
 	fmt.Fprintf(w, "  RSS after load %.1f MiB (peak %.1f MiB); after restart %.1f MiB\n", mib(r.mem.RSS), mib(r.mem.PeakRSS), mib(r.memRestart.RSS))
 	fmt.Fprintf(w, "  /readyz p50 %.2f ms after load, %.2f ms after restart\n", ms(r.readyz), ms(r.readyzRestart))
 	fmt.Fprintf(w, "  stop %.2f s, restart to ready %.2f s\n", r.stop.Seconds(), r.restart.Seconds())
@@ -135,7 +146,9 @@ func runScale(tb testing.TB, n int) scaleResult {
 	r := scaleResult{n: n, lat: make([]time.Duration, n)}
 
 	cpu0 := procCPU(tb, b.Pid())
-	var next atomic.Int64
+	var next, done atomic.Int64
+	var cpuMu sync.Mutex
+	cpuAt := [11]time.Duration{0: cpu0} // at each tenth's end
 	var failed atomic.Bool
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -161,6 +174,13 @@ func runScale(tb testing.TB, n int) scaleResult {
 					return
 				}
 				r.lat[i] = time.Since(t0)
+				if d := int(done.Add(1)); n >= 10 && d%(n/10) == 0 && d/(n/10) <= 10 {
+					if c, err := readCPU(b.Pid()); err == nil {
+						cpuMu.Lock()
+						cpuAt[d/(n/10)] = c
+						cpuMu.Unlock()
+					}
+				}
 				if n >= 10000 && (i+1)%progress == 0 {
 					fmt.Fprintf(os.Stderr, "scale: %d of %d at %s\n", i+1, n, time.Since(start).Round(time.Second))
 				}
@@ -173,6 +193,11 @@ func runScale(tb testing.TB, n int) scaleResult {
 	}
 	r.load = time.Since(start)
 	r.cpu = procCPU(tb, b.Pid()) - cpu0
+	for k := range r.cpuTenth {
+		if cpuAt[k] > 0 && cpuAt[k+1] > 0 {
+			r.cpuTenth[k] = cpuAt[k+1] - cpuAt[k]
+		}
+	}
 	var err error
 	if r.mem, err = harness.ProcMemory(b.Pid()); err != nil {
 		tb.Fatal(err)
@@ -276,22 +301,34 @@ func scaleBinding(i int) string {
 // /proc/PID/stat (in clock ticks of 10 ms, USER_HZ on Linux).
 func procCPU(tb testing.TB, pid int) time.Duration {
 	tb.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	d, err := readCPU(pid)
 	if err != nil {
 		tb.Fatal(err)
+	}
+	return d
+}
+
+// readCPU is procCPU for goroutines other than the test's.
+func readCPU(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
 	}
 	// Fields after the command name, which is in parentheses and may hold
 	// spaces: state is the first, utime the 12th, stime the 13th.
 	s := string(data)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("read %d's CPU: %d fields in /proc/PID/stat", pid, len(f))
+	}
 	var utime, stime int64
 	if _, err := fmt.Sscan(f[11], &utime); err != nil {
-		tb.Fatal(err)
+		return 0, fmt.Errorf("read %d's CPU: utime: %w", pid, err)
 	}
 	if _, err := fmt.Sscan(f[12], &stime); err != nil {
-		tb.Fatal(err)
+		return 0, fmt.Errorf("read %d's CPU: stime: %w", pid, err)
 	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
 }
 
 var probeClient = &http.Client{Timeout: 10 * time.Second}
@@ -436,6 +473,9 @@ func BenchmarkScale(b *testing.B) {
 	b.ReportMetric(ms(last), "last-tenth-p50-ms")
 	b.ReportMetric(float64(last)/float64(first), "last/first-p50")
 	b.ReportMetric(ms(r.cpu)/float64(r.n), "broker-cpu-ms/instance")
+	if r.cpuTenth[0] > 0 {
+		b.ReportMetric(float64(r.cpuTenth[9])/float64(r.cpuTenth[0]), "last/first-cpu")
+	}
 	b.ReportMetric(mib(r.mem.RSS), "rss-MiB")
 	b.ReportMetric(mib(r.memRestart.RSS), "restart-rss-MiB")
 	b.ReportMetric(r.restart.Seconds(), "restart-ready-s")
