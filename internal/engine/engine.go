@@ -103,7 +103,7 @@ type Engine struct {
 	cancelCalls context.CancelFunc
 	mu          sync.Mutex
 	workers     map[string]*worker
-	changed     map[string]chan struct{}
+	changed     map[string]*waiters
 	wg          sync.WaitGroup
 	// unreadable maps the records reportUnreadable has logged to the
 	// version logged (under mu).
@@ -182,7 +182,7 @@ func New(opts Options) (*Engine, error) {
 		endpoint: opts.Endpoint, prefix: opts.Prefix, asyncTTL: opts.AsyncTimeout,
 		syncTTL: opts.SyncTimeout, syncBudget: opts.SyncBudget, log: opts.Logger, metrics: m,
 		replica: opts.ReplicaID, leaseTTL: opts.LeaseTTL, sweepInt: opts.SweepInterval, callTO: opts.CallTimeout, slots: sl,
-		base: base, stop: stop, calls: calls, cancelCalls: cancelCalls, workers: map[string]*worker{}, changed: map[string]chan struct{}{},
+		base: base, stop: stop, calls: calls, cancelCalls: cancelCalls, workers: map[string]*worker{}, changed: map[string]*waiters{},
 	}, nil
 }
 
@@ -508,23 +508,51 @@ func (e *Engine) save(ctx context.Context, rec *Record) error {
 func (e *Engine) notify(kind Kind, id string) {
 	k := key(kind, id)
 	e.mu.Lock()
-	if ch, ok := e.changed[k]; ok {
-		close(ch)
+	if w, ok := e.changed[k]; ok {
+		close(w.ch)
 		delete(e.changed, k)
 	}
 	e.mu.Unlock()
 }
 
-func (e *Engine) changedCh(kind Kind, id string) <-chan struct{} {
+// waiters is the channel notify closes at a record's next write, and how
+// many waits hold it.
+type waiters struct {
+	ch chan struct{}
+	n  int
+}
+
+// changedCh returns a channel closed at the record's next write in this
+// process, and the release its caller must call once it stops waiting: the
+// last release of a channel nobody closed drops it, so that the map holds
+// only records that something waits on (a request whose operation finished
+// before it looked used to leave its channel behind for good, one per
+// resource).
+func (e *Engine) changedCh(kind Kind, id string) (<-chan struct{}, func()) {
 	k := key(kind, id)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	ch, ok := e.changed[k]
+	w, ok := e.changed[k]
 	if !ok {
-		ch = make(chan struct{})
-		e.changed[k] = ch
+		w = &waiters{ch: make(chan struct{})}
+		e.changed[k] = w
 	}
-	return ch
+	w.n++
+	return w.ch, func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		w.n--
+		if w.n == 0 && e.changed[k] == w {
+			delete(e.changed, k)
+		}
+	}
+}
+
+// waiting is how many records something in this process waits on.
+func (e *Engine) waiting() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.changed)
 }
 
 // wait blocks until operation opID of the record has finished or has been
@@ -540,22 +568,33 @@ func (e *Engine) wait(ctx context.Context, kind Kind, id, opID string, changed <
 		}
 	}
 	for {
-		ch := e.changedCh(kind, id)
-		rec, err := e.store.Get(ctx, kind, id)
-		if err != nil {
-			return nil, e.storeErr(ctx, err)
+		rec, again, err := e.waitOnce(ctx, kind, id, opID, poll)
+		if !again {
+			return rec, err
 		}
-		if rec.Op.ID != opID || rec.Op.Finished() {
-			return rec, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: operation %s is still in progress after %s", ErrFailed, opID, e.syncTTL)
-		case <-ch:
-		case <-time.After(poll):
-			poll = min(poll*2, time.Second)
-		}
+		poll = min(poll*2, time.Second)
 	}
+}
+
+// waitOnce is one look of wait: the record if its operation opID has
+// ended, or again once it may have (a write, or poll elapsed).
+func (e *Engine) waitOnce(ctx context.Context, kind Kind, id, opID string, poll time.Duration) (_ *Record, again bool, _ error) {
+	ch, release := e.changedCh(kind, id)
+	defer release()
+	rec, err := e.store.Get(ctx, kind, id)
+	if err != nil {
+		return nil, false, e.storeErr(ctx, err)
+	}
+	if rec.Op.ID != opID || rec.Op.Finished() {
+		return rec, false, nil
+	}
+	select {
+	case <-ctx.Done():
+		return nil, false, fmt.Errorf("%w: operation %s is still in progress after %s", ErrFailed, opID, e.syncTTL)
+	case <-ch:
+	case <-time.After(poll):
+	}
+	return nil, true, nil
 }
 
 // storeErr turns a store failure into an answer for the platform: 503,

@@ -181,7 +181,8 @@ func (e *Engine) startedRecord(ctx context.Context, rec *Record, done Outcome, h
 		e.kickWith(rec)
 		return Result{Outcome: OutcomeAccepted, Operation: rec.Op.ID}, nil, nil
 	}
-	changed := e.changedCh(rec.Kind, rec.ID) // before the worker can finish
+	changed, release := e.changedCh(rec.Kind, rec.ID) // before the worker can finish
+	defer release()
 	e.kickWith(rec)
 	if how == answerBudget {
 		return e.awaitBudget(ctx, rec, done, changed)
