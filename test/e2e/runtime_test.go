@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bucketbroker/bucketbroker/test/harness"
 )
@@ -113,11 +114,16 @@ func TestTLS(t *testing.T) {
 		conn.Close()
 		t.Error("a TLS 1.1 client connected")
 	}
-	// net/http's own messages about them are records too.
-	checkEveryLineLogged(t, b.Log())
-	if !strings.Contains(b.Log(), `msg="TLS handshake failed"`) {
-		t.Errorf("the refused handshakes are not logged:\n%s", harness.Tail(b.Log(), 3000))
+	// net/http's own messages about them are records too. The server
+	// writes them after the client has seen the refusal: wait for them.
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(b.Log(), `msg="TLS handshake failed"`); {
+		if time.Now().After(deadline) {
+			t.Errorf("the refused handshakes are not logged:\n%s", harness.Tail(b.Log(), 3000))
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
+	checkEveryLineLogged(t, b.Log())
 
 	resp, err := b.Client().Get(b.URL() + "/metrics")
 	if err != nil {
