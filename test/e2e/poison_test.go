@@ -81,7 +81,7 @@ func TestPoisonedInput(t *testing.T) {
 			if err := b.TryStart(); err != nil {
 				t.Fatalf("start with an unreadable record: %v", err)
 			}
-			if !strings.Contains(b.Log(), `msg="Record cannot be read and is skipped`) || !strings.Contains(b.Log(), "id=b instance=keep") {
+			if !b.LogShows(30*time.Second, `msg="Record cannot be read and is skipped`, "id=b instance=keep") {
 				t.Errorf("start-up logged nothing about the unreadable binding")
 			}
 			ready := b.Do("GET", "/readyz", nil)

@@ -117,6 +117,25 @@ func External(t testing.TB, binary string, backend Backend) *Broker {
 // Log returns everything the process (all its runs) wrote.
 func (b *Broker) Log() string { return b.log.String() }
 
+// LogShows waits up to timeout for every one of subs to appear in the log:
+// the process writes a line before or after the answer a test saw, and the
+// harness reads its output through a pipe, so a line may come a little
+// after the event it follows.
+func (b *Broker) LogShows(timeout time.Duration, subs ...string) bool {
+	for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+		log, all := b.Log(), true
+		for _, s := range subs {
+			all = all && strings.Contains(log, s)
+		}
+		if all {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
 // Start runs the broker, with crash points armed if any are given, and
 // waits until it serves.
 func (b *Broker) Start(crashAt ...string) {
