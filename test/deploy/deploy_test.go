@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
+	"github.com/bucketbroker/bucketbroker/test/harness"
 )
 
 var (
@@ -43,7 +44,7 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	var err error
-	if root, err = repoRoot(); err != nil {
+	if root, err = harness.RepoRoot(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -92,23 +93,6 @@ func needCluster(t *testing.T) {
 	t.Helper()
 	if skipAll != "" {
 		t.Skip(skipAll)
-	}
-}
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("find the repository: no go.mod above the working directory")
-		}
-		dir = parent
 	}
 }
 

@@ -85,7 +85,7 @@ func NewPostgres(t testing.TB) *Postgres {
 	if os.Getenv(PostgresDSNEnv) == "" {
 		PostgresSchema(t) // skips, or fails in CI, and says why
 	}
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,9 +224,9 @@ func childrenOf(pid int) ([]int, error) {
 	return out, nil
 }
 
-// repoRoot is the folder holding go.mod, found from the working directory
+// RepoRoot is the folder holding go.mod, found from the working directory
 // up: a test runs in its package's folder.
-func repoRoot() (string, error) {
+func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
