@@ -1,0 +1,60 @@
+// Package ensure holds the steps by which both of bucketbroker's doors (the
+// OSB engine, internal/engine, and the ObjectBucketClaim reconciler,
+// internal/objectbucket) make a bucket or a user theirs on the backend and
+// undo it, with the rules that keep those steps safe across crashes. Each
+// door keeps its own record, retries and events; the order of the backend
+// calls and the ownership rules live here, once.
+//
+// The backend marks what a caller owns (pkg/driver: an owner mark on a
+// bucket or user), but creating a resource and marking it are two calls,
+// and a crash in between leaves an unmarked resource that is the caller's
+// own and looks like anyone else's. The rules that tell them apart:
+//
+//   - Look before the first create attempt, and record the attempt
+//     durably. Look observes the names whose attempt the caller's record
+//     does not hold yet; a name that is free, or already carries the
+//     caller's mark, may be recorded as attempted (the engine's
+//     BucketAttempted and UserAttempted, the ObjectBucket's attempt
+//     annotations), and the record is written before any Ensure call. A
+//     name that is taken (another owner's mark, or no mark at all) is
+//     never recorded: the caller fails the request and touches nothing.
+//   - Adopt an unmarked resource only with a recorded attempt. Bucket and
+//     Credential pass driver.BucketSpec.AdoptUnmarked and
+//     driver.CredentialSpec.AdoptUnmarked only when the caller says the
+//     record holds the attempt (or, for a bucket, holds other durable
+//     evidence that it is the caller's: spec.AdoptUnmarked). Another
+//     owner's mark is never adopted.
+//   - A delete or revoke refused as not ours, with the attempt recorded,
+//     means "ours, left unmarked by a crash": DeleteBucket and RevokeUser
+//     mark it (the Ensure call with AdoptUnmarked) and then delete it, or
+//     nothing would ever find it again (no audit lists an unmarked
+//     resource). The usual path makes no extra call. Adopting a user makes
+//     a key nobody holds (read-only, the least a key needs); the revoke
+//     that follows deletes it with the user, and a crash in between leaves
+//     a marked user that the resumed deletion revokes.
+//   - Another owner's mark, or no mark and no attempt recorded: never
+//     deleted. DeleteBucket and RevokeUser answer driver.ErrOwnedByOther
+//     and change nothing; the caller leaves it in place and says so (a log
+//     line, an Event) and counts its deletion done. A missing bucket or
+//     user is success.
+//
+// One rule is about keys rather than names, and only the engine needs it
+// (two replicas can hold one binding's operation at once, a process paused
+// past its lease; the reconciler's Secret has one writer): a key is created
+// beside the user's others (driver.CredentialSpec.KeepOtherKeys), recorded,
+// and only then are the others deleted (KeepKeyID), so that of two holders
+// neither deletes the key the other recorded. A key is deleted to make room
+// only once the caller proved nobody recorded it (EvictKeyIDs). See
+// internal/engine's bind.
+//
+// Two clean-ups delete without these steps, and need no adoption: the
+// engine's key that a holder made but could not record, and the
+// reconciler's user made for a Secret whose name turned out to be taken.
+// Each deletes what the caller made a moment before, marked, and the
+// driver refuses anything else.
+//
+// The functions take the driver.Driver and a context whose deadline covers
+// the whole step (the adopt-then-delete is two or three calls); they make
+// no retries, write no record and log nothing. The tests run them against
+// the embedded S3 + IAM server.
+package ensure

@@ -1,0 +1,112 @@
+package ensure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
+)
+
+// Names are the backend names a caller is about to create, with its owner
+// mark. Either name may be empty: it is not looked at.
+type Names struct {
+	Bucket string
+	User   string
+	Owner  string
+}
+
+// Verdict is what Look found for each name it was asked about.
+type Verdict struct {
+	// BucketFree and UserFree report a name that is missing or already
+	// carries the owner's mark: its attempt may be recorded. A name not
+	// asked about is not free.
+	BucketFree bool
+	UserFree   bool
+	// BucketOwner and UserOwner are the marks found on a name that is not
+	// free; empty for a resource that carries none.
+	BucketOwner string
+	UserOwner   string
+}
+
+// Look observes the names, in one call and without changing anything,
+// before the caller's first attempt to create them (see the package
+// documentation): only a name it reports free may be recorded as
+// attempted. With both names empty it makes no call.
+func Look(ctx context.Context, d driver.Driver, n Names) (Verdict, error) {
+	var v Verdict
+	if n.Bucket == "" && n.User == "" {
+		return v, nil
+	}
+	obs, err := d.Observe(ctx, driver.ObserveRequest{Bucket: n.Bucket, UserName: n.User})
+	if err != nil {
+		return v, err
+	}
+	if n.Bucket != "" {
+		v.BucketFree = !obs.BucketExists || obs.BucketOwner == n.Owner
+		if !v.BucketFree {
+			v.BucketOwner = obs.BucketOwner
+		}
+	}
+	if n.User != "" {
+		v.UserFree = !obs.UserExists || obs.UserOwner == n.Owner
+		if !v.UserFree {
+			v.UserOwner = obs.UserOwner
+		}
+	}
+	return v, nil
+}
+
+// Bucket makes spec so (driver.Driver.EnsureBucket), adopting an unmarked
+// bucket under the name only when attempted says the caller's record holds
+// the attempt to create it, or spec.AdoptUnmarked other durable evidence
+// that it is the caller's. Another owner's bucket is driver.ErrOwnedByOther.
+func Bucket(ctx context.Context, d driver.Driver, spec driver.BucketSpec, attempted bool) error {
+	spec.AdoptUnmarked = spec.AdoptUnmarked || attempted
+	return d.EnsureBucket(ctx, spec)
+}
+
+// Credential makes spec so (driver.Driver.EnsureCredential), adopting an
+// unmarked user under the name only when attempted says the caller's record
+// holds the attempt to create it. Another owner's user is
+// driver.ErrOwnedByOther.
+func Credential(ctx context.Context, d driver.Driver, spec driver.CredentialSpec, attempted bool) (driver.Credential, error) {
+	spec.AdoptUnmarked = attempted
+	return d.EnsureCredential(ctx, spec)
+}
+
+// DeleteBucket deletes the bucket if it is the owner's: it carries the
+// owner's mark, or it carries none and attempted says the caller's record
+// holds the attempt to create it (then it is marked first, and deleted). A
+// missing bucket is success; any other is driver.ErrOwnedByOther, left as
+// it is. With purge, a bucket's objects are deleted with it; without,
+// a non-empty bucket is driver.ErrBucketNotEmpty.
+func DeleteBucket(ctx context.Context, d driver.Driver, name, owner string, purge, attempted bool) error {
+	err := d.DeleteBucket(ctx, name, owner, purge)
+	if !attempted || !errors.Is(err, driver.ErrOwnedByOther) {
+		return err
+	}
+	if err := d.EnsureBucket(ctx, driver.BucketSpec{Name: name, Owner: owner, AdoptUnmarked: true}); err != nil {
+		return fmt.Errorf("mark bucket %q before deleting it: %w", name, err)
+	}
+	return d.DeleteBucket(ctx, name, owner, purge)
+}
+
+// RevokeUser deletes the user, its keys and policies if it is the owner's:
+// it carries the owner's mark, or it carries none and attempted says the
+// caller's record holds the attempt to create it (then it is marked first,
+// with a read-only key in bucket that nobody holds, and revoked). A missing
+// user is success; any other is driver.ErrOwnedByOther, left as it is.
+func RevokeUser(ctx context.Context, d driver.Driver, user, owner, bucket string, attempted bool) error {
+	err := d.RevokeCredential(ctx, user, owner)
+	if !attempted || !errors.Is(err, driver.ErrOwnedByOther) {
+		return err
+	}
+	_, err = d.EnsureCredential(ctx, driver.CredentialSpec{
+		UserName: user, Owner: owner, Bucket: bucket, Access: driver.AccessReadOnly, AdoptUnmarked: true,
+	})
+	if err != nil {
+		return fmt.Errorf("mark user %q before revoking it: %w", user, err)
+	}
+	return d.RevokeCredential(ctx, user, owner)
+}
