@@ -16,6 +16,7 @@ import (
 
 	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
 	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
+	"github.com/bucketbroker/bucketbroker/internal/ensure"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
@@ -181,27 +182,12 @@ func (r *Reconciler) releaseConfigMap(ctx context.Context, s *scope) error {
 // two at once was tried and measured no faster on the embedded server, whose
 // lifecycle is CPU-bound (docs/performance.md).
 //
-// The driver deletes only what carries the claim's mark. A bucket or user
-// left unmarked by a crash between creating and marking it, and not
-// adopted by a provisioning pass before the claim was deleted, is still the
-// claim's when the record holds the attempt: it is marked first (the Ensure
-// call with AdoptUnmarked), then deleted. Without the attempt it is someone
-// else's and is left alone.
+// Which bucket or user is the claim's to delete, marked or left unmarked by
+// a crash, is internal/ensure's rule, given the attempts the record holds.
 func (r *Reconciler) cleanBackend(ctx context.Context, s *scope, p plan) error {
 	if p.user != "" && p.owner != "" {
 		bctx, cancel := backendCtx(ctx)
-		err := r.driver.RevokeCredential(bctx, p.user, p.owner)
-		if errors.Is(err, driver.ErrOwnedByOther) && p.userAttempted {
-			// Adopting makes a key nobody sees; the revoke deletes it with
-			// the user, and a crash in between leaves a marked user that
-			// the next pass revokes.
-			_, err = r.driver.EnsureCredential(bctx, driver.CredentialSpec{
-				UserName: p.user, Owner: p.owner, Bucket: p.bucket, Access: driver.AccessReadWrite, AdoptUnmarked: true,
-			})
-			if err == nil {
-				err = r.driver.RevokeCredential(bctx, p.user, p.owner)
-			}
-		}
+		err := ensure.RevokeUser(bctx, r.driver, p.user, p.owner, p.bucket, p.userAttempted)
 		cancel()
 		switch {
 		case errors.Is(err, driver.ErrOwnedByOther):
@@ -217,13 +203,7 @@ func (r *Reconciler) cleanBackend(ctx context.Context, s *scope, p plan) error {
 		return nil
 	}
 	bctx, cancel := backendCtx(ctx)
-	err := r.driver.DeleteBucket(bctx, p.bucket, p.owner, true)
-	if errors.Is(err, driver.ErrOwnedByOther) && p.bucketAttempted {
-		err = r.driver.EnsureBucket(bctx, driver.BucketSpec{Name: p.bucket, Owner: p.owner, AdoptUnmarked: true})
-		if err == nil {
-			err = r.driver.DeleteBucket(bctx, p.bucket, p.owner, true)
-		}
-	}
+	err := ensure.DeleteBucket(bctx, r.driver, p.bucket, p.owner, true, p.bucketAttempted)
 	cancel()
 	switch {
 	case errors.Is(err, driver.ErrOwnedByOther):

@@ -32,23 +32,22 @@
 // ConfigMap of the same name that is not controlled by the claim is never
 // written; the claim goes Failed instead.
 //
-// Creating a bucket and marking it are two backend calls (so is creating a
-// user on a server whose CreateUser ignores tags), and an unmarked bucket
-// left by a crash in between looks like someone else's. Before the
-// ObjectBucket is created the controller looks at the bucket and user names
-// (one Observe) and records, in the same Create, an attempt flag for each
-// name that is free or already the claim's; with the flag, the Ensure calls
-// and the deletion adopt an unmarked bucket or user of that name. A name
-// taken before the look fails the claim before anything is created, and is
-// never touched. An ObjectBucket written before the flags existed gets the
-// look and the flags before its next backend change.
+// The backend steps and their crash-safety rules (look before the first
+// create attempt, record it, adopt an unmarked bucket or user only with the
+// attempt recorded, never delete another owner's) are internal/ensure's,
+// shared with the OSB engine. The ObjectBucket is where this door records
+// the attempts: before it is created the controller looks at the bucket and
+// user names (ensure.Look) and puts, in the same Create, an attempt flag for
+// each name that is free or already the claim's. A name taken before the
+// look fails the claim before anything is created, and is never touched. An
+// ObjectBucket written before the flags existed gets the look and the flags
+// before its next backend change.
 //
 // Deletion works from the ObjectBucket alone, so a missing StorageClass
 // never blocks it: revoke the credential, then (only once that succeeded: a
-// deleted bucket frees its name) delete the bucket if it is the claim's and
-// the recorded policy is Delete (a missing bucket is success; a bucket with
-// another owner mark, such as one that existed before a failed provision,
-// is left alone), then delete the Secret and the ObjectBucket (the
+// deleted bucket frees its name) delete the bucket if the recorded policy
+// is Delete (ensure.RevokeUser and ensure.DeleteBucket: what is not the
+// claim's is left alone, with an Event), then delete the Secret and the ObjectBucket (the
 // ConfigMap, which carries no finalizer, is left to the garbage collector
 // through its owner reference), and drop the claim's finalizer only once
 // the API server says each is gone: a delete preconditioned on the resourceVersion of an object

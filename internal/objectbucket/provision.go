@@ -22,6 +22,7 @@ import (
 
 	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
 	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
+	"github.com/bucketbroker/bucketbroker/internal/ensure"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
@@ -292,37 +293,37 @@ type taken struct {
 // here.
 func (r *Reconciler) lookFirst(ctx context.Context, s *scope) (*taken, error) {
 	p := &s.plan
-	var req driver.ObserveRequest
+	n := ensure.Names{Owner: p.owner}
 	if p.owned && !p.adoptUnmarked && !p.bucketAttempted {
-		req.Bucket = p.bucket
+		n.Bucket = p.bucket
 	}
-	if !p.userAttempted && p.user != "" {
-		req.UserName = p.user
+	if !p.userAttempted {
+		n.User = p.user
 	}
-	if req.Bucket == "" && req.UserName == "" {
+	if n.Bucket == "" && n.User == "" {
 		return nil, nil
 	}
 	bctx, cancel := backendCtx(ctx)
-	obs, err := r.driver.Observe(bctx, req)
+	v, err := ensure.Look(bctx, r.driver, n)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("look at bucket %q and user %q before creating them: %w", req.Bucket, req.UserName, err)
+		return nil, fmt.Errorf("look at bucket %q and user %q before creating them: %w", n.Bucket, n.User, err)
 	}
 	var t *taken
-	if req.UserName != "" {
-		if !obs.UserExists || obs.UserOwner == p.owner {
+	if n.User != "" {
+		if v.UserFree {
 			p.userAttempted = true
 		} else {
 			t = &taken{ReasonUserConflict, fmt.Sprintf("backend user %q exists and is not this claim's (%s); it was left untouched",
-				p.user, markNote(obs.UserOwner))}
+				p.user, markNote(v.UserOwner))}
 		}
 	}
-	if req.Bucket != "" {
-		if !obs.BucketExists || obs.BucketOwner == p.owner {
+	if n.Bucket != "" {
+		if v.BucketFree {
 			p.bucketAttempted = true
 		} else {
 			t = &taken{ReasonBucketConflict, fmt.Sprintf("bucket %q exists and is not this claim's (%s); it was left untouched",
-				p.bucket, markNote(obs.BucketOwner))}
+				p.bucket, markNote(v.BucketOwner))}
 		}
 	}
 	return t, nil
@@ -366,9 +367,9 @@ func (r *Reconciler) ensureBucket(ctx context.Context, s *scope) (reconcile.Resu
 		return reconcile.Result{}, nil
 	}
 	// An unmarked bucket of the claim's name is the claim's own when the
-	// record holds the attempt (a crash between creating and marking it),
-	// or when an old provisioner generated it for the claim.
-	err := r.driver.EnsureBucket(bctx, driver.BucketSpec{Name: p.bucket, Owner: p.owner, AdoptUnmarked: p.adoptUnmarked || p.bucketAttempted})
+	// record holds the attempt (internal/ensure), or when an old
+	// provisioner generated it for the claim.
+	err := ensure.Bucket(bctx, r.driver, driver.BucketSpec{Name: p.bucket, Owner: p.owner, AdoptUnmarked: p.adoptUnmarked}, p.bucketAttempted)
 	switch {
 	case errors.Is(err, driver.ErrOwnedByOther):
 		s.fail(ReasonBucketConflict, fmt.Sprintf("bucket %q exists and is not this claim's", p.bucket))
@@ -610,10 +611,9 @@ func (r *Reconciler) ensureSecret(ctx context.Context, s *scope) (reconcile.Resu
 	}
 	p := s.plan
 	bctx, cancel := backendCtx(ctx)
-	cred, err := r.driver.EnsureCredential(bctx, driver.CredentialSpec{
+	cred, err := ensure.Credential(bctx, r.driver, driver.CredentialSpec{
 		UserName: p.user, Owner: p.owner, Bucket: p.bucket, Access: driver.AccessReadWrite, KeepKeyID: keyID,
-		AdoptUnmarked: p.userAttempted,
-	})
+	}, p.userAttempted)
 	cancel()
 	switch {
 	case errors.Is(err, driver.ErrOwnedByOther):
