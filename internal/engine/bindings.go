@@ -9,6 +9,7 @@ import (
 
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
 	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
+	"github.com/bucketbroker/bucketbroker/internal/ensure"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
@@ -153,8 +154,8 @@ func (e *Engine) userFree(ctx context.Context, rec *Record, how answering) bool 
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.lookTimeout(how))
 	defer cancel()
-	obs, err := e.driver.Observe(ctx, driver.ObserveRequest{UserName: rec.UserName})
-	return err == nil && (!obs.UserExists || obs.UserOwner == rec.Owner)
+	v, err := ensure.Look(ctx, e.driver, ensure.Names{User: rec.UserName, Owner: rec.Owner})
+	return err == nil && v.UserFree
 }
 
 func (e *Engine) newBinding(req BindRequest, inst *Record, r Request, fp string, access driver.Access) *Record {

@@ -19,13 +19,10 @@
 //     adopts what the previous attempt made. Transient errors are retried
 //     with backoff and jitter until the operation's deadline; permanent ones
 //     (ownership conflicts, a non-empty bucket) fail the operation at once.
-//   - An unmarked bucket or user under a record's name is adopted only when
-//     the record proves the engine attempted its creation (BucketAttempted,
-//     UserAttempted: set after a look showed the name free, before the first
-//     attempt), since a crash between a create call and the tag call leaves
-//     one. A deprovision or unbind refused by the driver as not ours adopts
-//     it the same way, then deletes it. Anything else under the name that
-//     is not ours is refused.
+//   - Ownership on the backend follows internal/ensure, shared with the
+//     ObjectBucketClaim door: the record's BucketAttempted and
+//     UserAttempted hold the look before the first create attempt, and the
+//     steps (steps.go) call ensure for every create, adopt and delete.
 //   - Resume, don't abandon: Start picks up every unfinished operation.
 //     At most Options.Workers operations run at once; the others wait in a
 //     queue (queue.go), work a request has just started first, and a worker
@@ -35,9 +32,9 @@
 //     clock, whatever the worker is doing, and cancels the worker's context
 //     the moment the lease is taken or cannot be renewed in time; every
 //     backend call has a deadline shorter than the lease. Should two holders
-//     overlap anyway (a paused process), a bind's key is made beside any
-//     other, recorded, and only then are the others deleted; a holder whose
-//     record write fails deletes only the key it made.
+//     overlap anyway (a paused process), a bind keeps the key overlap rule
+//     (internal/ensure); a holder whose record write fails deletes only the
+//     key it made.
 //   - Synchronous when fast: a request with accepts_incomplete=true on a
 //     plan that does not require asynchrony records an asynchronous
 //     operation and waits for it up to Options.SyncBudget; finished by then,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
 	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
+	"github.com/bucketbroker/bucketbroker/internal/ensure"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
@@ -113,8 +114,8 @@ func (e *Engine) bucketFree(ctx context.Context, rec *Record, how answering) boo
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.lookTimeout(how))
 	defer cancel()
-	obs, err := e.driver.Observe(ctx, driver.ObserveRequest{Bucket: rec.Bucket})
-	return err == nil && (!obs.BucketExists || obs.BucketOwner == rec.Owner)
+	v, err := ensure.Look(ctx, e.driver, ensure.Names{Bucket: rec.Bucket, Owner: rec.Owner})
+	return err == nil && v.BucketFree
 }
 
 // lookTimeout bounds a look at the backend made before the intent is

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
+	"github.com/bucketbroker/bucketbroker/internal/ensure"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
@@ -124,18 +125,12 @@ func (e *Engine) provision(ctx context.Context, rec *Record) error {
 		return e.finish(ctx, rec, fmt.Errorf("stored parameters: %w", err))
 	}
 	if !rec.BucketAttempted {
-		// Before our first create attempt, anything under our name is not
-		// ours. After it (recorded durably), an unmarked bucket can be our
-		// own, made by an attempt that crashed before marking it.
-		var obs driver.Observation
-		err := e.step(ctx, rec, "observe bucket", func(ctx context.Context) (err error) {
-			obs, err = e.driver.Observe(ctx, driver.ObserveRequest{Bucket: rec.Bucket})
-			return err
-		})
+		// Look before the first create attempt, and record it (internal/ensure).
+		v, err := e.look(ctx, rec, "observe bucket", ensure.Names{Bucket: rec.Bucket, Owner: rec.Owner})
 		if err != nil {
 			return e.fail(ctx, rec, err)
 		}
-		if obs.BucketExists && obs.BucketOwner != rec.Owner {
+		if !v.BucketFree {
 			return e.finish(ctx, rec, fmt.Errorf("bucket %q exists and is not this instance's: %w", rec.Bucket, driver.ErrOwnedByOther))
 		}
 		rec.BucketAttempted = true
@@ -144,8 +139,8 @@ func (e *Engine) provision(ctx context.Context, rec *Record) error {
 		}
 	}
 	err := e.step(ctx, rec, "create bucket", func(ctx context.Context) error {
-		return e.driver.EnsureBucket(ctx, driver.BucketSpec{Name: rec.Bucket, Owner: rec.Owner, Tags: p.Labels, AdoptUnmarked: true,
-			Versioning: e.versioning(rec.Request)})
+		return ensure.Bucket(ctx, e.driver, driver.BucketSpec{Name: rec.Bucket, Owner: rec.Owner, Tags: p.Labels,
+			Versioning: e.versioning(rec.Request)}, rec.BucketAttempted)
 	})
 	if errors.Is(err, driver.ErrInvalid) {
 		// Refused for good, perhaps after the bucket was created (S3
@@ -169,9 +164,10 @@ func (e *Engine) update(ctx context.Context, rec *Record) error {
 	if err := decodeParams(target.Parameters, &p); err != nil {
 		return e.finish(ctx, rec, fmt.Errorf("stored parameters: %w", err))
 	}
+	// A provisioned bucket carries our mark: an update adopts nothing.
 	err := e.step(ctx, rec, "update bucket", func(ctx context.Context) error {
-		return e.driver.EnsureBucket(ctx, driver.BucketSpec{Name: rec.Bucket, Owner: rec.Owner, Tags: p.Labels,
-			Versioning: e.versioning(*target)})
+		return ensure.Bucket(ctx, e.driver, driver.BucketSpec{Name: rec.Bucket, Owner: rec.Owner, Tags: p.Labels,
+			Versioning: e.versioning(*target)}, false)
 	})
 	if err != nil {
 		return e.fail(ctx, rec, err)
@@ -190,28 +186,17 @@ func (e *Engine) deprovision(ctx context.Context, rec *Record) error {
 			return e.finish(ctx, rec, err)
 		}
 		err = e.step(ctx, rec, "delete bucket", func(ctx context.Context) error {
-			err := e.driver.DeleteBucket(ctx, rec.Bucket, rec.Owner, purge)
-			if errors.Is(err, driver.ErrOwnedByOther) && rec.BucketAttempted {
-				// The driver deletes only a bucket with our mark. With
-				// the attempt recorded, an unmarked one is our own, left
-				// by a provision that crashed between creating and
-				// marking it: mark it, then delete it, or nothing would
-				// ever find it again. Another owner's mark is refused.
-				if err = e.adoptBucket(ctx, rec); err == nil {
-					err = e.driver.DeleteBucket(ctx, rec.Bucket, rec.Owner, purge)
-				}
-			}
-			return err
+			return ensure.DeleteBucket(ctx, e.driver, rec.Bucket, rec.Owner, purge, rec.BucketAttempted)
 		})
 		if errors.Is(err, driver.ErrOwnedByOther) {
-			// Never delete what we did not create; it is not ours to clean.
+			// Another owner's mark: never deleted, not ours to clean.
 			e.log.Warn("Bucket is not this instance's; left in place", "id", rec.ID, "bucket", rec.Bucket)
 			err = nil
 		}
 		if errors.Is(err, driver.ErrBucketNotEmpty) {
 			// The driver's text says what the bucket holds; the advice
 			// says what to do about it.
-			err = giveUp{fmt.Errorf("%v: delete its objects, or update the instance with {\"purge_on_delete\": true}, then deprovision again", err)}
+			err = giveUp{fmt.Errorf("%w: delete its objects, or update the instance with {\"purge_on_delete\": true}, then deprovision again", err)}
 		}
 		if err != nil {
 			return e.fail(ctx, rec, err)
@@ -303,19 +288,11 @@ func (e *Engine) revokeBindings(ctx context.Context, inst *Record) error {
 
 func (e *Engine) bind(ctx context.Context, rec *Record) error {
 	if !rec.UserAttempted {
-		// As for the bucket: before our first create attempt, a user under
-		// our name is not ours; after it (recorded durably), an unmarked
-		// one can be our own, made by an attempt that crashed before
-		// marking it.
-		var obs driver.Observation
-		err := e.step(ctx, rec, "observe user", func(ctx context.Context) (err error) {
-			obs, err = e.driver.Observe(ctx, driver.ObserveRequest{UserName: rec.UserName})
-			return err
-		})
+		v, err := e.look(ctx, rec, "observe user", ensure.Names{User: rec.UserName, Owner: rec.Owner})
 		if err != nil {
 			return e.fail(ctx, rec, err)
 		}
-		if obs.UserExists && obs.UserOwner != rec.Owner {
+		if !v.UserFree {
 			return e.finish(ctx, rec, fmt.Errorf("user %q exists and is not this binding's: %w", rec.UserName, driver.ErrOwnedByOther))
 		}
 		rec.UserAttempted = true
@@ -323,41 +300,15 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 			return err
 		}
 	}
-	// The overlap rule: a key is created beside any others, recorded, and
-	// only then are the others deleted. Of two holders that overlap (one
-	// paused past its lease, or a request a stalled server carries out
-	// late), one records its key first; the other sees it and keeps it, or
-	// fails to record its own (compare-and-swap) and deletes only that.
+	// The overlap rule (internal/ensure): a key is created beside any
+	// others, recorded, and only then are the others deleted. Of two
+	// holders that overlap (one paused past its lease, or a request a
+	// stalled server carries out late), one records its key first; the
+	// other sees it and keeps it, or fails to record its own
+	// (compare-and-swap) and deletes only that.
 	for round := 1; ; round++ {
 		if rec.AccessKeyID == "" || len(rec.SealedSecret) == 0 {
-			var cred driver.Credential
-			err := e.step(ctx, rec, "create credential", func(ctx context.Context) (err error) {
-				spec := driver.CredentialSpec{
-					UserName: rec.UserName, Owner: rec.Owner, Bucket: rec.Bucket,
-					Access: driver.Access(rec.Access), KeepOtherKeys: true, AdoptUnmarked: true,
-				}
-				cred, err = e.driver.EnsureCredential(ctx, spec)
-				var full *driver.KeyLimitError
-				if !errors.As(err, &full) {
-					return err
-				}
-				// The user has no room for a key, and the driver deletes none
-				// it cannot know unrecorded. The keys it listed are: this
-				// write succeeds only if nobody wrote the record since this
-				// holder read it without a key, and a holder that takes the
-				// lease later makes its keys after the listing. A holder
-				// that lost its lease stops here (ErrStale) and deletes none.
-				if err := e.save(ctx, rec); err != nil {
-					return err
-				}
-				for _, id := range full.KeyIDs {
-					if id != rec.AccessKeyID {
-						spec.EvictKeyIDs = append(spec.EvictKeyIDs, id)
-					}
-				}
-				cred, err = e.driver.EnsureCredential(ctx, spec)
-				return err
-			})
+			cred, err := e.newKey(ctx, rec)
 			if err != nil {
 				return e.bindFailed(ctx, rec, err)
 			}
@@ -368,11 +319,9 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 			// crash before this write, the resumed bind makes another and
 			// deletes this one with the rest.
 			crashpoint.Hit(crashpoint.BindKeyCreated)
-			sealed, err := e.box.Seal([]byte(cred.SecretAccessKey), sealContext(rec))
-			if err != nil {
+			if err := e.sealKey(rec, cred); err != nil {
 				return e.finish(ctx, rec, err)
 			}
-			rec.AccessKeyID, rec.SealedSecret = cred.AccessKeyID, sealed
 			if err := e.save(ctx, rec); err != nil {
 				e.dropKey(ctx, rec, cred.AccessKeyID)
 				return err
@@ -383,22 +332,8 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 		// gone (deleted behind this bind's back), nothing is deleted: a
 		// key is made beside the others and recorded first, as when none
 		// was recorded.
-		var cred driver.Credential
-		gone := false
-		err := e.step(ctx, rec, "delete other keys", func(ctx context.Context) (err error) {
-			cred, err = e.driver.EnsureCredential(ctx, driver.CredentialSpec{
-				UserName: rec.UserName, Owner: rec.Owner, Bucket: rec.Bucket,
-				Access: driver.Access(rec.Access), KeepKeyID: rec.AccessKeyID, RequireKeepKey: true, AdoptUnmarked: true,
-			})
-			if gone = errors.Is(err, driver.ErrKeyGone); gone {
-				return nil
-			}
-			return err
-		})
-		if err != nil {
-			return e.bindFailed(ctx, rec, err)
-		}
-		if gone {
+		cred, err := e.onlyKey(ctx, rec)
+		if errors.Is(err, driver.ErrKeyGone) {
 			if round >= 3 {
 				return e.fail(ctx, rec, fmt.Errorf("the recorded key %q was deleted behind this bind's back %d times", rec.AccessKeyID, round))
 			}
@@ -406,20 +341,86 @@ func (e *Engine) bind(ctx context.Context, rec *Record) error {
 			rec.AccessKeyID, rec.SealedSecret = "", nil
 			continue
 		}
-		if cred.SecretAccessKey != "" {
-			// A driver that ignores RequireKeepKey replaced the gone key
-			// and deleted the others: the new key is recorded in the
-			// write that ends the operation.
-			sealed, err := e.box.Seal([]byte(cred.SecretAccessKey), sealContext(rec))
-			if err != nil {
-				return e.finish(ctx, rec, err)
-			}
-			rec.AccessKeyID, rec.SealedSecret = cred.AccessKeyID, sealed
-		} else if cred.AccessKeyID != rec.AccessKeyID {
-			return e.finish(ctx, rec, fmt.Errorf("driver kept key %q but the record holds %q", cred.AccessKeyID, rec.AccessKeyID))
+		if err != nil {
+			return e.bindFailed(ctx, rec, err)
 		}
-		return e.finish(ctx, rec, nil)
+		return e.finish(ctx, rec, e.keptKey(rec, cred))
 	}
+}
+
+// newKey makes a key beside the user's others (KeepOtherKeys), in a step.
+// When the user has no room for one, the driver deletes none it cannot
+// know unrecorded. The keys it listed are: this holder's record write
+// succeeds only if nobody wrote the record since this holder read it
+// without a key, and a holder that takes the lease later makes its keys
+// after the listing. A holder that lost its lease stops at that write
+// (ErrStale) and deletes none.
+func (e *Engine) newKey(ctx context.Context, rec *Record) (cred driver.Credential, err error) {
+	err = e.step(ctx, rec, "create credential", func(ctx context.Context) (err error) {
+		spec := driver.CredentialSpec{
+			UserName: rec.UserName, Owner: rec.Owner, Bucket: rec.Bucket,
+			Access: driver.Access(rec.Access), KeepOtherKeys: true,
+		}
+		cred, err = ensure.Credential(ctx, e.driver, spec, rec.UserAttempted)
+		var full *driver.KeyLimitError
+		if !errors.As(err, &full) {
+			return err
+		}
+		if err := e.save(ctx, rec); err != nil {
+			return err
+		}
+		for _, id := range full.KeyIDs {
+			if id != rec.AccessKeyID {
+				spec.EvictKeyIDs = append(spec.EvictKeyIDs, id)
+			}
+		}
+		cred, err = ensure.Credential(ctx, e.driver, spec, rec.UserAttempted)
+		return err
+	})
+	return cred, err
+}
+
+// onlyKey makes the recorded key the user's only one, in a step. When it
+// is gone, nothing is deleted and the answer is driver.ErrKeyGone.
+func (e *Engine) onlyKey(ctx context.Context, rec *Record) (cred driver.Credential, err error) {
+	gone := false
+	err = e.step(ctx, rec, "delete other keys", func(ctx context.Context) (err error) {
+		cred, err = ensure.Credential(ctx, e.driver, driver.CredentialSpec{
+			UserName: rec.UserName, Owner: rec.Owner, Bucket: rec.Bucket,
+			Access: driver.Access(rec.Access), KeepKeyID: rec.AccessKeyID, RequireKeepKey: true,
+		}, rec.UserAttempted)
+		if gone = errors.Is(err, driver.ErrKeyGone); gone {
+			return nil // not a backend failure: no retry
+		}
+		return err
+	})
+	if err == nil && gone {
+		err = driver.ErrKeyGone
+	}
+	return cred, err
+}
+
+// keptKey checks the answer of onlyKey against the record. A driver that
+// ignores RequireKeepKey replaced the gone key and deleted the others: the
+// new key goes into the record, in the write that ends the operation.
+func (e *Engine) keptKey(rec *Record, cred driver.Credential) error {
+	if cred.SecretAccessKey != "" {
+		return e.sealKey(rec, cred)
+	}
+	if cred.AccessKeyID != rec.AccessKeyID {
+		return fmt.Errorf("driver kept key %q but the record holds %q", cred.AccessKeyID, rec.AccessKeyID)
+	}
+	return nil
+}
+
+// sealKey puts cred, sealed, into the record (not written).
+func (e *Engine) sealKey(rec *Record, cred driver.Credential) error {
+	sealed, err := e.box.Seal([]byte(cred.SecretAccessKey), sealContext(rec))
+	if err != nil {
+		return err
+	}
+	rec.AccessKeyID, rec.SealedSecret = cred.AccessKeyID, sealed
+	return nil
 }
 
 // bindFailed ends or retries a bind whose EnsureCredential failed. A
@@ -481,17 +482,7 @@ func (e *Engine) dropKey(ctx context.Context, rec *Record, keyID string) {
 
 func (e *Engine) unbind(ctx context.Context, rec *Record) error {
 	err := e.step(ctx, rec, "revoke credential", func(ctx context.Context) error {
-		err := e.driver.RevokeCredential(ctx, rec.UserName, rec.Owner)
-		if errors.Is(err, driver.ErrOwnedByOther) && rec.UserAttempted {
-			// As for the bucket: with the attempt recorded, an unmarked
-			// user is our own, left by a bind that crashed before marking
-			// it. Mark it, then revoke it; a user with another owner's
-			// mark is refused and left.
-			if err = e.adoptUser(ctx, rec); err == nil {
-				err = e.driver.RevokeCredential(ctx, rec.UserName, rec.Owner)
-			}
-		}
-		return err
+		return ensure.RevokeUser(ctx, e.driver, rec.UserName, rec.Owner, rec.Bucket, rec.UserAttempted)
 	})
 	if errors.Is(err, driver.ErrOwnedByOther) {
 		// Never deleted: not ours (another owner's mark, or no mark and
@@ -522,13 +513,7 @@ func (e *Engine) removeRefused(ctx context.Context, rec *Record, refused error) 
 		return e.finish(ctx, rec, refused)
 	}
 	err := e.step(ctx, rec, "remove refused bucket", func(ctx context.Context) error {
-		err := e.driver.DeleteBucket(ctx, rec.Bucket, rec.Owner, false)
-		if errors.Is(err, driver.ErrOwnedByOther) {
-			if err = e.adoptBucket(ctx, rec); err == nil {
-				err = e.driver.DeleteBucket(ctx, rec.Bucket, rec.Owner, false)
-			}
-		}
-		return err
+		return ensure.DeleteBucket(ctx, e.driver, rec.Bucket, rec.Owner, false, rec.BucketAttempted)
 	})
 	if e.interrupted(ctx, err) {
 		return err
@@ -548,13 +533,7 @@ func (e *Engine) revokeRefused(ctx context.Context, rec *Record, refused error) 
 		return e.finish(ctx, rec, refused)
 	}
 	err := e.step(ctx, rec, "revoke refused credential", func(ctx context.Context) error {
-		err := e.driver.RevokeCredential(ctx, rec.UserName, rec.Owner)
-		if errors.Is(err, driver.ErrOwnedByOther) {
-			if err = e.adoptUser(ctx, rec); err == nil {
-				err = e.driver.RevokeCredential(ctx, rec.UserName, rec.Owner)
-			}
-		}
-		return err
+		return ensure.RevokeUser(ctx, e.driver, rec.UserName, rec.Owner, rec.Bucket, rec.UserAttempted)
 	})
 	if e.interrupted(ctx, err) {
 		return err
@@ -579,24 +558,13 @@ func (e *Engine) interrupted(ctx context.Context, err error) bool {
 	return !errors.As(err, &g) && (e.halted(ctx) || errors.Is(err, ErrStale) || errors.Is(err, errHalted) || errors.Is(err, context.Canceled))
 }
 
-// adoptBucket marks an unmarked bucket under rec's name as rec's; a bucket
-// with another owner's mark is refused (ErrOwnedByOther). Call it only when
-// rec records the attempt to create the bucket, and only after a delete
-// was refused as not ours, so that the usual path makes no extra call.
-func (e *Engine) adoptBucket(ctx context.Context, rec *Record) error {
-	return e.driver.EnsureBucket(ctx, driver.BucketSpec{Name: rec.Bucket, Owner: rec.Owner, AdoptUnmarked: true})
-}
-
-// adoptUser is adoptBucket for a binding's user (with UserAttempted).
-// EnsureCredential makes a key as well: it is dropped here, never recorded,
-// answered or logged, and the revoke that follows deletes it with the user
-// (a crash in between leaves a marked user that the resumed unbind
-// revokes). The policy is read-only, the least a key nobody holds needs.
-func (e *Engine) adoptUser(ctx context.Context, rec *Record) error {
-	_, err := e.driver.EnsureCredential(ctx, driver.CredentialSpec{
-		UserName: rec.UserName, Owner: rec.Owner, Bucket: rec.Bucket, Access: driver.AccessReadOnly, AdoptUnmarked: true,
+// look runs ensure.Look as a step: retried while the backend fails.
+func (e *Engine) look(ctx context.Context, rec *Record, what string, n ensure.Names) (v ensure.Verdict, err error) {
+	err = e.step(ctx, rec, what, func(ctx context.Context) (err error) {
+		v, err = ensure.Look(ctx, e.driver, n)
+		return err
 	})
-	return err
+	return v, err
 }
 
 func sealContext(rec *Record) string { return "binding/" + rec.ID }
