@@ -98,21 +98,7 @@ func TestLostLeaseStopsWorker(t *testing.T) {
 
 	// Another replica takes the lease over.
 	ctx := context.Background()
-	var stolen *engine.Record
-	for {
-		r, err := a.store.Get(ctx, engine.KindBinding, bindID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Lease, r.LeaseUntil = "z", time.Now().Add(time.Hour)
-		if err = a.store.Update(ctx, r); err == nil {
-			stolen = r
-			break
-		}
-		if !errors.Is(err, engine.ErrStale) {
-			t.Fatal(err)
-		}
-	}
+	stolen := setLease(t, a, bindID, "z", time.Now().Add(time.Hour))
 	waitFor(t, "a stops its worker", func() bool { return a.metric("bucketbroker_leases_lost_total") == 1 })
 
 	// The backend comes back: what the lost holder asked for is never
@@ -140,67 +126,18 @@ func TestLostLeaseStopsWorker(t *testing.T) {
 // the key b recorded and answered. (Before, a's late call deleted every
 // key but the one it knew, none, and made one nobody was given.)
 func TestOverlappingHoldersConverge(t *testing.T) {
-	const ttl = time.Second
-	a := newHarness(t, harnessOpts{postgres: true, replica: "a", leaseTTL: ttl})
-	b := newHarness(t, harnessOpts{postgres: true, peer: a, replica: "b", leaseTTL: ttl})
-	id := instancePth + newID()
-	a.want(a.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
-
-	paused, wake := make(chan struct{}, 1), make(chan struct{})
-	var once sync.Once
-	a.drv.late.Store(true)
-	a.drv.hook("EnsureCredential", func(context.Context) error {
-		first := false
-		once.Do(func() { first = true })
-		if first {
-			paused <- struct{}{}
-			<-wake // paused: blind to its context, its lease, everything
-		}
-		return nil
-	})
-	bindID := newID()
-	bind := id + "/service_bindings/" + bindID
-	op := a.want(a.do("PUT", async(bind), bindBody(planStd, nil)), http.StatusAccepted, "bind on a").str("operation")
-	<-paused
-
-	// a's lease runs out as if a had stopped renewing it; b takes over.
-	ctx := context.Background()
-	for {
-		r, err := a.store.Get(ctx, engine.KindBinding, bindID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Lease, r.LeaseUntil = "gone", time.Now().Add(-time.Second)
-		if err = a.store.Update(ctx, r); err == nil {
-			break
-		} else if !errors.Is(err, engine.ErrStale) {
-			t.Fatal(err)
-		}
-	}
-	if s := b.waitOp(bind, op); s != "succeeded" {
-		t.Fatalf("bind driven by b ended %q", s)
-	}
+	o := newOverlap(t, time.Second, nil)
+	a, b, bind := o.a, o.b, o.bind
+	// b takes over.
+	cr := o.answered(t)
 	if n := b.metric("bucketbroker_lease_takeovers_total"); n != 1 {
 		t.Errorf("b counted %v takeovers, want 1", n)
 	}
-	cr := b.want(b.do("PUT", bind, bindBody(planStd, nil)), http.StatusOK, "bind again on b").creds()
 	ak := cr["access_key_id"].(string)
 
 	// a wakes up inside its call, which the backend carries out.
-	close(wake)
-	waitFor(t, "a's worker to go", func() bool { return a.metric("bucketbroker_operations_in_flight") == 0 })
-	if err := canWrite(ak, cr["secret_access_key"].(string), cr["bucket"].(string)); err != nil {
-		t.Errorf("the answered credentials stopped working: %v", err)
-	}
-	users := a.users()
-	if len(users) != 1 {
-		t.Fatalf("users = %v, want one", users)
-	}
-	for u, keys := range users {
-		if len(keys) != 1 || keys[0] != ak {
-			t.Errorf("user %s has keys %v, want only the answered %s", u, keys, ak)
-		}
-	}
+	o.resume(t)
+	onlyAnsweredKey(t, a, cr)
 	if again := a.want(a.do("PUT", bind, bindBody(planStd, nil)), http.StatusOK, "bind again on a").creds(); again["access_key_id"] != ak {
 		t.Errorf("a answers key %v, b answered %s", again["access_key_id"], ak)
 	}
@@ -212,46 +149,11 @@ func TestOverlappingHoldersConverge(t *testing.T) {
 // making the user and a key again. a deletes what it made, and nothing is
 // left under the binding's name. (Deleting only the key left the user.)
 func TestOverlappingBindAndUnbind(t *testing.T) {
-	const ttl = time.Second
-	a := newHarness(t, harnessOpts{postgres: true, replica: "a", leaseTTL: ttl})
-	b := newHarness(t, harnessOpts{postgres: true, peer: a, replica: "b", leaseTTL: ttl})
-	id := instancePth + newID()
-	a.want(a.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
-
-	paused, wake := make(chan struct{}, 1), make(chan struct{})
-	var once sync.Once
-	a.drv.late.Store(true)
-	a.drv.hook("EnsureCredential", func(context.Context) error {
-		first := false
-		once.Do(func() { first = true })
-		if first {
-			paused <- struct{}{}
-			<-wake
-		}
-		return nil
-	})
-	bindID := newID()
-	bind := id + "/service_bindings/" + bindID
-	a.want(a.do("PUT", async(bind), bindBody(planStd, nil)), http.StatusAccepted, "bind on a")
-	<-paused
-
-	ctx := context.Background()
-	for {
-		r, err := a.store.Get(ctx, engine.KindBinding, bindID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Lease, r.LeaseUntil = "gone", time.Now().Add(-time.Second)
-		if err = a.store.Update(ctx, r); err == nil {
-			break
-		} else if !errors.Is(err, engine.ErrStale) {
-			t.Fatal(err)
-		}
-	}
+	o := newOverlap(t, time.Second, nil)
+	a, b, bind := o.a, o.b, o.bind
 	b.want(b.do("DELETE", del(bind, planStd, false), nil), http.StatusOK, "unbind on b")
 
-	close(wake)
-	waitFor(t, "a's worker to go", func() bool { return a.metric("bucketbroker_operations_in_flight") == 0 })
+	o.resume(t)
 	if users := a.users(); len(users) != 0 {
 		t.Errorf("users = %v after the unbind, want none", users)
 	}
@@ -385,46 +287,10 @@ func TestRetriesDoNotStarveRequests(t *testing.T) {
 // know which is recorded), a's record write fails, and a stops. (Before,
 // the call deleted the oldest key to make room: the one b had answered.)
 func TestStaleHolderAtKeyLimitKeepsRecordedKey(t *testing.T) {
-	const ttl = time.Second
-	a := newHarness(t, harnessOpts{postgres: true, replica: "a", leaseTTL: ttl})
-	b := newHarness(t, harnessOpts{postgres: true, peer: a, replica: "b", leaseTTL: ttl})
-	id := instancePth + newID()
-	a.want(a.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
-
-	paused, wake := make(chan struct{}, 1), make(chan struct{})
-	var once sync.Once
-	a.drv.late.Store(true)
-	a.drv.hook("EnsureCredential", func(context.Context) error {
-		first := false
-		once.Do(func() { first = true })
-		if first {
-			paused <- struct{}{}
-			<-wake
-		}
-		return nil
-	})
-	bindID := newID()
-	bind := id + "/service_bindings/" + bindID
-	op := a.want(a.do("PUT", async(bind), bindBody(planStd, nil)), http.StatusAccepted, "bind on a").str("operation")
-	<-paused
-
+	o := newOverlap(t, time.Second, nil)
+	a := o.a
 	ctx := context.Background()
-	for {
-		r, err := a.store.Get(ctx, engine.KindBinding, bindID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Lease, r.LeaseUntil = "gone", time.Now().Add(-time.Second)
-		if err = a.store.Update(ctx, r); err == nil {
-			break
-		} else if !errors.Is(err, engine.ErrStale) {
-			t.Fatal(err)
-		}
-	}
-	if s := b.waitOp(bind, op); s != "succeeded" {
-		t.Fatalf("bind driven by b ended %q", s)
-	}
-	cr := b.want(b.do("PUT", bind, bindBody(planStd, nil)), http.StatusOK, "bind again on b").creds()
+	cr := o.answered(t)
 	ak := cr["access_key_id"].(string)
 
 	// A late create nobody recorded, newer than the answered key.
@@ -442,8 +308,7 @@ func TestStaleHolderAtKeyLimitKeepsRecordedKey(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	close(wake)
-	waitFor(t, "a's worker to go", func() bool { return a.metric("bucketbroker_operations_in_flight") == 0 })
+	o.resume(t)
 	if err := canWrite(ak, cr["secret_access_key"].(string), cr["bucket"].(string)); err != nil {
 		t.Errorf("the answered credentials stopped working: %v", err)
 	}
@@ -502,42 +367,8 @@ func TestBindAfterTwoLostKeysConverges(t *testing.T) {
 // the new bind's user and answered key stay. (Before, a revoked the whole
 // user, the new bind's key with it.)
 func TestLateKeyAfterRebindLeavesNewBinding(t *testing.T) {
-	const ttl = 4 * time.Second
-	a := newHarness(t, harnessOpts{postgres: true, replica: "a", leaseTTL: ttl})
-	b := newHarness(t, harnessOpts{postgres: true, peer: a, replica: "b", leaseTTL: ttl})
-	id := instancePth + newID()
-	a.want(a.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
-
-	paused, wake := make(chan struct{}, 1), make(chan struct{})
-	var once sync.Once
-	a.drv.late.Store(true)
-	a.drv.hook("EnsureCredential", func(context.Context) error {
-		first := false
-		once.Do(func() { first = true })
-		if first {
-			paused <- struct{}{}
-			<-wake
-		}
-		return nil
-	})
-	bindID := newID()
-	bind := id + "/service_bindings/" + bindID
-	a.want(a.do("PUT", async(bind), bindBody(planStd, nil)), http.StatusAccepted, "bind on a")
-	<-paused
-
-	ctx := context.Background()
-	for {
-		r, err := a.store.Get(ctx, engine.KindBinding, bindID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Lease, r.LeaseUntil = "gone", time.Now().Add(-time.Second)
-		if err = a.store.Update(ctx, r); err == nil {
-			break
-		} else if !errors.Is(err, engine.ErrStale) {
-			t.Fatal(err)
-		}
-	}
+	o := newOverlap(t, 4*time.Second, nil)
+	a, b, bind := o.a, o.b, o.bind
 	b.want(b.do("DELETE", del(bind, planStd, false), nil), http.StatusOK, "unbind on b")
 
 	// The rebind happens as a, having read the record deleted, makes its
@@ -550,8 +381,7 @@ func TestLateKeyAfterRebindLeavesNewBinding(t *testing.T) {
 	}
 	a.drv.hook("DeleteAccessKey", hook)
 	a.drv.hook("RevokeCredential", hook)
-	close(wake)
-	waitFor(t, "a's worker to go", func() bool { return a.metric("bucketbroker_operations_in_flight") == 0 })
+	o.resume(t)
 	if rebound.code != http.StatusCreated {
 		t.Fatalf("rebind on b = %d %v, want 201", rebound.code, rebound.body)
 	}
@@ -575,71 +405,127 @@ func TestLateKeyAfterRebindLeavesNewBinding(t *testing.T) {
 // new key fails, and a deletes only the key it made. (Before, a's call made
 // a key and deleted every other, the one b had answered with them.)
 func TestGoneKeyHoldersKeepEachOthers(t *testing.T) {
-	const ttl = time.Second
-	a := newHarness(t, harnessOpts{postgres: true, replica: "a", leaseTTL: ttl})
-	b := newHarness(t, harnessOpts{postgres: true, peer: a, replica: "b", leaseTTL: ttl})
-	id := instancePth + newID()
-	a.want(a.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+	o := newOverlap(t, time.Second, func(ctx context.Context, o *overlap, n int) (bool, error) {
+		if n != 2 { // the call that deletes the other keys
+			return false, nil
+		}
+		r, err := o.a.store.Get(ctx, engine.KindBinding, o.bindID)
+		if err != nil {
+			return false, err
+		}
+		_, err = o.a.iam.DeleteAccessKey(ctx, &iam.DeleteAccessKeyInput{UserName: &r.UserName, AccessKeyId: &r.AccessKeyID})
+		return err == nil, err
+	})
+	cr := o.answered(t)
+	o.resume(t)
+	onlyAnsweredKey(t, o.a, cr)
+}
 
-	bindID := newID()
-	bind := id + "/service_bindings/" + bindID
-	paused, wake := make(chan struct{}, 1), make(chan struct{})
+// overlap is two replicas of one engine sharing a PostgreSQL store, with a
+// bind on a that is paused inside one of its key calls, as a process
+// paused past its lease would be: blind to its context, its lease,
+// everything; the backend carries the call out late (hookDriver.late)
+// once wake is closed. a's lease has run out, as if a had stopped
+// renewing it, so b may take the bind over.
+type overlap struct {
+	a, b   *harness
+	bindID string
+	bind   string // the binding's path
+	op     string // the bind's operation
+	wake   chan struct{}
+}
+
+// newOverlap sets an overlap up with leases of ttl. pause says whether a's
+// n-th EnsureCredential call (from 1) is the one that pauses; nil pauses
+// the first.
+func newOverlap(t *testing.T, ttl time.Duration, pause func(ctx context.Context, o *overlap, n int) (bool, error)) *overlap {
+	t.Helper()
+	if pause == nil {
+		pause = func(_ context.Context, _ *overlap, n int) (bool, error) { return n == 1, nil }
+	}
+	o := &overlap{wake: make(chan struct{})}
+	o.a = newHarness(t, harnessOpts{postgres: true, replica: "a", leaseTTL: ttl})
+	o.b = newHarness(t, harnessOpts{postgres: true, peer: o.a, replica: "b", leaseTTL: ttl})
+	id := instancePth + newID()
+	o.a.want(o.a.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
+
+	paused := make(chan struct{}, 1)
 	var mu sync.Mutex
 	calls := 0
-	a.drv.late.Store(true)
-	a.drv.hook("EnsureCredential", func(ctx context.Context) error {
+	o.a.drv.late.Store(true)
+	o.a.drv.hook("EnsureCredential", func(ctx context.Context) error {
 		mu.Lock()
 		calls++
 		n := calls
 		mu.Unlock()
-		if n != 2 { // the call that deletes the other keys
-			return nil
-		}
-		r, err := a.store.Get(ctx, engine.KindBinding, bindID)
-		if err != nil {
-			return err
-		}
-		if _, err := a.iam.DeleteAccessKey(ctx, &iam.DeleteAccessKeyInput{UserName: &r.UserName, AccessKeyId: &r.AccessKeyID}); err != nil {
+		if stop, err := pause(ctx, o, n); !stop || err != nil {
 			return err
 		}
 		paused <- struct{}{}
-		<-wake
+		<-o.wake
 		return nil
 	})
-	op := a.want(a.do("PUT", async(bind), bindBody(planStd, nil)), http.StatusAccepted, "bind on a").str("operation")
+	o.bindID = newID()
+	o.bind = id + "/service_bindings/" + o.bindID
+	o.op = o.a.want(o.a.do("PUT", async(o.bind), bindBody(planStd, nil)), http.StatusAccepted, "bind on a").str("operation")
 	<-paused
+	setLease(t, o.a, o.bindID, "gone", time.Now().Add(-time.Second))
+	return o
+}
 
-	ctx := context.Background()
-	for {
-		r, err := a.store.Get(ctx, engine.KindBinding, bindID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Lease, r.LeaseUntil = "gone", time.Now().Add(-time.Second)
-		if err = a.store.Update(ctx, r); err == nil {
-			break
-		} else if !errors.Is(err, engine.ErrStale) {
-			t.Fatal(err)
-		}
-	}
-	if s := b.waitOp(bind, op); s != "succeeded" {
+// answered waits for the bind, driven by b, to succeed, and returns the
+// credentials b answers for it.
+func (o *overlap) answered(t *testing.T) map[string]any {
+	t.Helper()
+	if s := o.b.waitOp(o.bind, o.op); s != "succeeded" {
 		t.Fatalf("bind driven by b ended %q", s)
 	}
-	cr := b.want(b.do("PUT", bind, bindBody(planStd, nil)), http.StatusOK, "bind again on b").creds()
-	ak := cr["access_key_id"].(string)
+	return o.b.want(o.b.do("PUT", o.bind, bindBody(planStd, nil)), http.StatusOK, "bind again on b").creds()
+}
 
-	close(wake)
-	waitFor(t, "a's worker to go", func() bool { return a.metric("bucketbroker_operations_in_flight") == 0 })
+// resume lets a's paused call be carried out, and waits for a's worker to
+// go.
+func (o *overlap) resume(t *testing.T) {
+	t.Helper()
+	close(o.wake)
+	waitFor(t, "a's worker to go", func() bool { return o.a.metric("bucketbroker_operations_in_flight") == 0 })
+}
+
+// onlyAnsweredKey checks that the answered credentials cr still work and
+// that the backend holds one user with their key alone.
+func onlyAnsweredKey(t *testing.T, h *harness, cr map[string]any) {
+	t.Helper()
+	ak := cr["access_key_id"].(string)
 	if err := canWrite(ak, cr["secret_access_key"].(string), cr["bucket"].(string)); err != nil {
 		t.Errorf("the answered credentials stopped working: %v", err)
 	}
-	users := a.users()
+	users := h.users()
 	if len(users) != 1 {
 		t.Fatalf("users = %v, want one", users)
 	}
 	for u, keys := range users {
 		if !slices.Equal(keys, []string{ak}) {
 			t.Errorf("user %s has keys %v, want only the answered %s", u, keys, ak)
+		}
+	}
+}
+
+// setLease writes the binding's lease as another replica would (holder
+// until until), whatever the holder writes meanwhile, and returns the
+// record as written.
+func setLease(t *testing.T, h *harness, bindID, holder string, until time.Time) *engine.Record {
+	t.Helper()
+	ctx := context.Background()
+	for {
+		r, err := h.store.Get(ctx, engine.KindBinding, bindID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Lease, r.LeaseUntil = holder, until
+		if err = h.store.Update(ctx, r); err == nil {
+			return r
+		} else if !errors.Is(err, engine.ErrStale) {
+			t.Fatal(err)
 		}
 	}
 }
