@@ -111,6 +111,7 @@ const (
 
 func (b backend) makeBucket(ctx context.Context, t *testing.T, name, owner string, what before) {
 	t.Helper()
+	t.Cleanup(func() { b.removeBucket(t, name) })
 	var err error
 	switch what {
 	case ours:
@@ -123,7 +124,6 @@ func (b backend) makeBucket(ctx context.Context, t *testing.T, name, owner strin
 	if err != nil {
 		t.Fatalf("make bucket %s: %v", name, err)
 	}
-	t.Cleanup(func() { b.removeBucket(t, name) })
 }
 
 // removeBucket deletes whatever bucket is left under name, marked or not.
@@ -138,6 +138,7 @@ func (b backend) removeBucket(t *testing.T, name string) {
 
 func (b backend) makeUser(ctx context.Context, t *testing.T, name, owner string, what before) {
 	t.Helper()
+	t.Cleanup(func() { b.removeUser(t, name) })
 	in := &iam.CreateUserInput{UserName: &name, Path: aws.String(s3iam.UserPath)}
 	switch what {
 	case missing:
@@ -150,7 +151,6 @@ func (b backend) makeUser(ctx context.Context, t *testing.T, name, owner string,
 	if _, err := b.iam.CreateUser(ctx, in); err != nil {
 		t.Fatalf("make user %s: %v", name, err)
 	}
-	t.Cleanup(func() { b.removeUser(t, name) })
 }
 
 // removeUser deletes whatever user is left under name, with its keys.
@@ -236,9 +236,7 @@ func TestLook(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			bucket, user, owner := names()
-			if tc.what != missing {
-				b.makeBucket(ctx, t, bucket, owner, tc.what)
-			}
+			b.makeBucket(ctx, t, bucket, owner, tc.what)
 			b.makeUser(ctx, t, user, owner, tc.what)
 			got, err := ensure.Look(ctx, b.d, ensure.Names{Bucket: bucket, User: user, Owner: owner})
 			if err != nil {
@@ -327,39 +325,53 @@ func deleteCases() map[string]ownership {
 	}
 }
 
-func TestDeleteBucket(t *testing.T) {
+// step is one ensure step under test, on a bucket or on a user, with the
+// caller's names.
+type step func(ctx context.Context, d driver.Driver, bucket, user, owner string, attempted bool) error
+
+// resource is what a step works on: the bucket, or the user (whose policy
+// names a bucket of the caller's).
+type resource int
+
+const (
+	aBucket resource = iota
+	aUser
+)
+
+// runSteps runs step on each case's resource and checks its answer and
+// what it left; deletes says whether success leaves nothing.
+func runSteps(t *testing.T, on resource, cases map[string]ownership, deletes bool, do step) {
 	b := newBackend(t)
-	for name, tc := range deleteCases() {
+	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			bucket, _, owner := names()
-			if tc.what != missing {
+			bucket, user, owner := names()
+			look := b.bucketSeen
+			if on == aBucket {
 				b.makeBucket(ctx, t, bucket, owner, tc.what)
+			} else {
+				b.makeBucket(ctx, t, bucket, owner, ours)
+				b.makeUser(ctx, t, user, owner, tc.what)
+				look = func(ctx context.Context, t *testing.T, _ string) seen { return b.userSeen(ctx, t, user) }
 			}
-			err := ensure.DeleteBucket(ctx, b.d, bucket, owner, false, tc.attempted)
-			checkErr(t, tc, err)
-			if diff := cmp.Diff(tc.want(owner, true), b.bucketSeen(ctx, t, bucket)); diff != "" {
-				t.Errorf("%s\nbucket after DeleteBucket: -want +got:\n%s", tc.reason, diff)
+			checkErr(t, tc, do(ctx, b.d, bucket, user, owner, tc.attempted))
+			if diff := cmp.Diff(tc.want(owner, deletes), look(ctx, t, bucket)); diff != "" {
+				t.Errorf("%s\nleft after the step: -want +got:\n%s", tc.reason, diff)
 			}
 		})
 	}
 }
 
+func TestDeleteBucket(t *testing.T) {
+	runSteps(t, aBucket, deleteCases(), true, func(ctx context.Context, d driver.Driver, bucket, _, owner string, attempted bool) error {
+		return ensure.DeleteBucket(ctx, d, bucket, owner, false, attempted)
+	})
+}
+
 func TestRevokeUser(t *testing.T) {
-	b := newBackend(t)
-	for name, tc := range deleteCases() {
-		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			bucket, user, owner := names()
-			b.makeBucket(ctx, t, bucket, owner, ours)
-			b.makeUser(ctx, t, user, owner, tc.what)
-			err := ensure.RevokeUser(ctx, b.d, user, owner, bucket, tc.attempted)
-			checkErr(t, tc, err)
-			if diff := cmp.Diff(tc.want(owner, true), b.userSeen(ctx, t, user)); diff != "" {
-				t.Errorf("%s\nuser after RevokeUser: -want +got:\n%s", tc.reason, diff)
-			}
-		})
-	}
+	runSteps(t, aUser, deleteCases(), true, func(ctx context.Context, d driver.Driver, bucket, user, owner string, attempted bool) error {
+		return ensure.RevokeUser(ctx, d, user, owner, bucket, attempted)
+	})
 }
 
 func ensureCases() map[string]ownership {
@@ -386,23 +398,9 @@ func ensureCases() map[string]ownership {
 }
 
 func TestBucket(t *testing.T) {
-	b := newBackend(t)
-	for name, tc := range ensureCases() {
-		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			bucket, _, owner := names()
-			if tc.what != missing {
-				b.makeBucket(ctx, t, bucket, owner, tc.what)
-			} else {
-				t.Cleanup(func() { b.removeBucket(t, bucket) })
-			}
-			err := ensure.Bucket(ctx, b.d, driver.BucketSpec{Name: bucket, Owner: owner}, tc.attempted)
-			checkErr(t, tc, err)
-			if diff := cmp.Diff(tc.want(owner, false), b.bucketSeen(ctx, t, bucket)); diff != "" {
-				t.Errorf("%s\nbucket after Bucket: -want +got:\n%s", tc.reason, diff)
-			}
-		})
-	}
+	runSteps(t, aBucket, ensureCases(), false, func(ctx context.Context, d driver.Driver, bucket, _, owner string, attempted bool) error {
+		return ensure.Bucket(ctx, d, driver.BucketSpec{Name: bucket, Owner: owner}, attempted)
+	})
 }
 
 // TestBucketOtherEvidence: spec.AdoptUnmarked is durable evidence other
@@ -421,28 +419,15 @@ func TestBucketOtherEvidence(t *testing.T) {
 }
 
 func TestCredential(t *testing.T) {
-	b := newBackend(t)
-	for name, tc := range ensureCases() {
-		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			bucket, user, owner := names()
-			b.makeBucket(ctx, t, bucket, owner, ours)
-			b.makeUser(ctx, t, user, owner, tc.what)
-			if tc.what == missing {
-				t.Cleanup(func() { b.removeUser(t, user) })
-			}
-			cred, err := ensure.Credential(ctx, b.d, driver.CredentialSpec{
-				UserName: user, Owner: owner, Bucket: bucket, Access: driver.AccessReadWrite,
-			}, tc.attempted)
-			checkErr(t, tc, err)
-			if err == nil && cred.AccessKeyID == "" {
-				t.Errorf("Credential made no key")
-			}
-			if diff := cmp.Diff(tc.want(owner, false), b.userSeen(ctx, t, user)); diff != "" {
-				t.Errorf("%s\nuser after Credential: -want +got:\n%s", tc.reason, diff)
-			}
-		})
-	}
+	runSteps(t, aUser, ensureCases(), false, func(ctx context.Context, d driver.Driver, bucket, user, owner string, attempted bool) error {
+		cred, err := ensure.Credential(ctx, d, driver.CredentialSpec{
+			UserName: user, Owner: owner, Bucket: bucket, Access: driver.AccessReadWrite,
+		}, attempted)
+		if err == nil && (cred.AccessKeyID == "" || cred.SecretAccessKey == "") {
+			return errors.New("no key made")
+		}
+		return err
+	})
 }
 
 func checkErr(t *testing.T, tc ownership, err error) {
