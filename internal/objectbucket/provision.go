@@ -550,6 +550,11 @@ func (r *Reconciler) gone(ctx context.Context, obj client.Object) (bool, error) 
 // pass from running on a cache behind this process's own writes), so what
 // a Create can still find is a Secret without our label, a user's: the key
 // just made for it is revoked before the claim goes Failed.
+//
+// The steps: a Secret of ours that someone deleted is recreated with its
+// keys (repairSecret, drift repair, no backend call); otherwise the key
+// the claim recorded (recordedKeys) is made the user's only one, or a new
+// one is made (ensure.Credential), and written (writeSecret).
 func (r *Reconciler) ensureSecret(ctx context.Context, s *scope) (reconcile.Result, error) {
 	sec := &corev1.Secret{}
 	own, err := r.findSecret(ctx, s, sec)
@@ -560,81 +565,103 @@ func (r *Reconciler) ensureSecret(ctx context.Context, s *scope) (reconcile.Resu
 	case foreign:
 		return r.secretTaken(s)
 	case terminating:
-		// Deleted by someone while the claim lives: recreate it with the
-		// same keys, which only this object holds. They are copied to the
-		// stash first, because the object is gone once our finalizer is:
-		// a crash before the new Secret is written finds them there.
-		keep := sec.Data
-		if err := r.stashKeys(ctx, s, keep); err != nil {
-			return reconcile.Result{}, err
-		}
-		if err := r.hit(s, crashpoint.ClaimKeysStashed); err != nil {
-			return reconcile.Result{}, err
-		}
-		gone, err := r.release(ctx, sec)
-		if err != nil || !gone {
-			return reconcile.Result{RequeueAfter: goneRetry}, err
-		}
-		if err := r.hit(s, crashpoint.ClaimSecretReleased); err != nil {
-			return reconcile.Result{}, err
-		}
-		sec = &corev1.Secret{Type: corev1.SecretTypeOpaque, Data: keep}
-		r.stamp(s, sec)
-		if err := r.put(ctx, s, sec, true); err != nil {
-			return reconcile.Result{}, fmt.Errorf("recreate secret: %w", err)
-		}
-		r.event(s, sec, corev1.EventTypeNormal, "Recreated", "Repair", "Secret %s was deleted and is recreated", sec.Name)
-		if err := r.hit(s, crashpoint.ClaimSecretWritten); err != nil {
-			return reconcile.Result{}, err
-		}
-		return reconcile.Result{}, r.dropStash(ctx, s)
-	}
-
-	keyID := ""
-	recorded := sec.Data
-	if own == ours {
-		keyID = string(sec.Data[KeyAccessKeyID])
-		if bound(s.ob) && keyID != "" && len(sec.Data[KeySecretAccessKey]) > 0 && r.stamped(sec) {
+		return r.repairSecret(ctx, s, sec)
+	case ours:
+		if bound(s.ob) && r.holdsKeys(sec) {
 			return reconcile.Result{}, r.dropStash(ctx, s)
 		}
 	}
-	if own == absent && bound(s.ob) {
-		// A bound claim's Secret is gone: a repair cut short by a crash
-		// left its keys in the stash.
-		st, err := r.stash(ctx, s)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		if st != nil {
-			recorded, keyID = st.Data, string(st.Data[KeyAccessKeyID])
-		}
+	recorded, err := r.recordedKeys(ctx, s, own, sec)
+	if err != nil {
+		return reconcile.Result{}, err
 	}
 	p := s.plan
 	bctx, cancel := backendCtx(ctx)
 	cred, err := ensure.Credential(bctx, r.driver, driver.CredentialSpec{
-		UserName: p.user, Owner: p.owner, Bucket: p.bucket, Access: driver.AccessReadWrite, KeepKeyID: keyID,
+		UserName: p.user, Owner: p.owner, Bucket: p.bucket, Access: driver.AccessReadWrite,
+		KeepKeyID: string(recorded[KeyAccessKeyID]),
 	}, p.userAttempted)
 	cancel()
 	switch {
 	case errors.Is(err, driver.ErrOwnedByOther):
-		s.fail(ReasonUserConflict, err.Error())
-		r.event(s, nil, corev1.EventTypeWarning, ReasonUserConflict, "Provision", "Backend user %s is not this claim's", p.user)
-		return reconcile.Result{}, nil
+		return r.userTaken(s, err)
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("ensure credential: %w", err)
 	}
-	if cred.SecretAccessKey == "" && own == ours && r.stamped(sec) {
-		return reconcile.Result{}, nil // the recorded key is live
-	}
-	if cred.SecretAccessKey != "" {
-		if err := r.hit(s, crashpoint.ClaimKeyCreated); err != nil {
-			return reconcile.Result{}, err
-		}
-	}
-	data := map[string][]byte{KeyAccessKeyID: []byte(cred.AccessKeyID), KeySecretAccessKey: []byte(cred.SecretAccessKey)}
 	if cred.SecretAccessKey == "" {
-		data = recorded
+		// The recorded key is live: the Secret holds it, or gets it back.
+		if own == ours && r.stamped(sec) {
+			return reconcile.Result{}, nil
+		}
+		return r.writeSecret(ctx, s, own, sec, recorded)
 	}
+	if err := r.hit(s, crashpoint.ClaimKeyCreated); err != nil {
+		return reconcile.Result{}, err
+	}
+	return r.writeSecret(ctx, s, own, sec, map[string][]byte{
+		KeyAccessKeyID: []byte(cred.AccessKeyID), KeySecretAccessKey: []byte(cred.SecretAccessKey),
+	})
+}
+
+// holdsKeys reports whether sec, the claim's Secret, holds a key pair and
+// carries everything stamp adds: a bound claim's Secret needs nothing more.
+func (r *Reconciler) holdsKeys(sec *corev1.Secret) bool {
+	return len(sec.Data[KeyAccessKeyID]) > 0 && len(sec.Data[KeySecretAccessKey]) > 0 && r.stamped(sec)
+}
+
+// recordedKeys returns the keys the claim has recorded: its Secret's, or,
+// for a bound claim whose Secret is gone, those a repair cut short by a
+// crash left in the stash. Nothing recorded is an empty map.
+func (r *Reconciler) recordedKeys(ctx context.Context, s *scope, own ownership, sec *corev1.Secret) (map[string][]byte, error) {
+	if own != absent || !bound(s.ob) {
+		return sec.Data, nil
+	}
+	st, err := r.stash(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return sec.Data, nil
+	}
+	return st.Data, nil
+}
+
+// repairSecret recreates the claim's Secret, deleted by someone while the
+// claim lives, with the same keys, which only that object holds. They are
+// copied to the stash first, because the object is gone once our finalizer
+// is: a crash before the new Secret is written finds them there.
+func (r *Reconciler) repairSecret(ctx context.Context, s *scope, sec *corev1.Secret) (reconcile.Result, error) {
+	keep := sec.Data
+	if err := r.stashKeys(ctx, s, keep); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.hit(s, crashpoint.ClaimKeysStashed); err != nil {
+		return reconcile.Result{}, err
+	}
+	gone, err := r.release(ctx, sec)
+	if err != nil || !gone {
+		return reconcile.Result{RequeueAfter: goneRetry}, err
+	}
+	if err := r.hit(s, crashpoint.ClaimSecretReleased); err != nil {
+		return reconcile.Result{}, err
+	}
+	sec = &corev1.Secret{Type: corev1.SecretTypeOpaque, Data: keep}
+	r.stamp(s, sec)
+	if err := r.put(ctx, s, sec, true); err != nil {
+		return reconcile.Result{}, fmt.Errorf("recreate secret: %w", err)
+	}
+	r.event(s, sec, corev1.EventTypeNormal, "Recreated", "Repair", "Secret %s was deleted and is recreated", sec.Name)
+	if err := r.hit(s, crashpoint.ClaimSecretWritten); err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, r.dropStash(ctx, s)
+}
+
+// writeSecret writes data, the claim's keys, to its Secret: creates it when
+// it is absent (own), else updates sec. A Create that finds the name taken
+// is secretNameTaken's.
+func (r *Reconciler) writeSecret(ctx context.Context, s *scope, own ownership, sec *corev1.Secret, data map[string][]byte) (reconcile.Result, error) {
+	var err error
 	if own == absent {
 		sec = &corev1.Secret{Type: corev1.SecretTypeOpaque, Data: data}
 		r.stamp(s, sec)
@@ -654,6 +681,14 @@ func (r *Reconciler) ensureSecret(ctx context.Context, s *scope) (reconcile.Resu
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{}, r.dropStash(ctx, s)
+}
+
+// userTaken ends the pass with the claim Failed on a backend user that is
+// not the claim's (EnsureCredential refused it: internal/ensure).
+func (r *Reconciler) userTaken(s *scope, err error) (reconcile.Result, error) {
+	s.fail(ReasonUserConflict, err.Error())
+	r.event(s, nil, corev1.EventTypeWarning, ReasonUserConflict, "Provision", "Backend user %s is not this claim's", s.plan.user)
+	return reconcile.Result{}, nil
 }
 
 // StashName names the Secret, in the claim's namespace, that holds the
