@@ -8,8 +8,9 @@
 // the caller's owner mark, refuses with ErrOwnedByOther what carries anyone
 // else's (touching nothing), and creates only what is missing. A resource
 // with no mark at all is refused the same way, unless the spec says
-// AdoptUnmarked: the caller's durable record proves it attempted the
-// creation itself and may have crashed before the mark was written.
+// AdoptUnmarked. When a caller may set it, and how a refused delete of its
+// own unmarked resource is handled, is bucketbroker's internal/ensure: the
+// one place that explains and implements those rules for both doors.
 //
 // Owner marks are opaque strings chosen by the caller (the engine derives them
 // from the instance or binding id). A driver stores them on the backend
