@@ -86,7 +86,7 @@ func TestLostLeaseStopsWorker(t *testing.T) {
 
 	held := make(chan struct{}, 10)
 	back := make(chan struct{})
-	a.drv.hook("EnsureCredential", func(ctx context.Context) error {
+	a.drv.hook("EnsureCredential", func(context.Context) error {
 		held <- struct{}{}
 		<-back // the backend stalls, whatever the caller does
 		return nil
