@@ -6,11 +6,13 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -41,9 +43,23 @@ func Build(dir string) (string, error) {
 	return bin, nil
 }
 
-// FreeAddr returns a loopback address nothing listens on right now.
+// FreeAddr returns a loopback address nothing listens on right now, for a
+// process the test starts (and restarts) later on it. The port is drawn at
+// random below the kernel's ephemeral range (32768-60999 by default), where
+// the source ports of outgoing connections never land: a port the kernel
+// handed out with ":0" may be given to a client connection before the
+// process binds it, and the start then fails with "address already in use"
+// (seen under load, with other tests' processes running at once).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
+	const lo, hi = 20000, 32768
+	for range 50 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+rand.IntN(hi-lo)))
+		if l, err := net.Listen("tcp", addr); err == nil {
+			l.Close()
+			return addr
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
