@@ -51,9 +51,8 @@ const (
 	ClaimBucketDeleted       Point = "claim/bucket-deleted"
 	ClaimObjectsDeleted      Point = "claim/objects-deleted"
 	// ClaimKeysStashed and ClaimSecretReleased are passed only when the
-	// claim's Secret is recreated after someone deleted it; the claim
-	// crash table, which provisions and deletes claims, never reaches
-	// them, and internal/objectbucket's in-process tests cover them.
+	// claim's Secret is recreated after someone deleted it (drift repair):
+	// the claim crash table's repair cells delete it.
 	ClaimKeysStashed    Point = "claim/keys-stashed"
 	ClaimSecretReleased Point = "claim/secret-released"
 )
@@ -108,10 +107,10 @@ var Points = []Point{
 }
 
 // ClaimPoints lists the ObjectBucketClaim controller's crash points, in the
-// order a claim's lifecycle passes them: provisioning, then deletion. The
-// driver's BucketCreatedUnmarked is passed between the ObjectBucket's
-// creation and the end of the claim's EnsureBucket. ClaimKeysStashed and
-// ClaimSecretReleased are left out (see them).
+// order a claim's lifecycle passes them: provisioning, the repair of a
+// deleted Secret, then deletion. The driver's BucketCreatedUnmarked is
+// passed between the ObjectBucket's creation and the end of the claim's
+// EnsureBucket.
 var ClaimPoints = []Point{
 	ClaimPatched,
 	ClaimObjectBucketCreated,
@@ -121,6 +120,8 @@ var ClaimPoints = []Point{
 	ClaimSecretWritten,
 	ClaimConfigMapWritten,
 	ClaimObjectBucketBound,
+	ClaimKeysStashed,
+	ClaimSecretReleased,
 	ClaimCredentialRevoked,
 	ClaimBucketDeleted,
 	ClaimObjectsDeleted,

@@ -27,12 +27,20 @@ import (
 )
 
 // claimDeletionPoints are the claim crash points a claim's deletion passes;
-// provisioning passes the others.
-var claimDeletionPoints = map[crashpoint.Point]bool{
-	crashpoint.ClaimCredentialRevoked: true,
-	crashpoint.ClaimBucketDeleted:     true,
-	crashpoint.ClaimObjectsDeleted:    true,
-}
+// claimRepairPoints those the repair of its deleted Secret passes (the
+// Secret's keys stashed, the terminating Secret released); provisioning
+// passes the others.
+var (
+	claimDeletionPoints = map[crashpoint.Point]bool{
+		crashpoint.ClaimCredentialRevoked: true,
+		crashpoint.ClaimBucketDeleted:     true,
+		crashpoint.ClaimObjectsDeleted:    true,
+	}
+	claimRepairPoints = map[crashpoint.Point]bool{
+		crashpoint.ClaimKeysStashed:    true,
+		crashpoint.ClaimSecretReleased: true,
+	}
+)
 
 const (
 	// claimWait bounds each wait of a claim cell: for the crash, for Bound,
@@ -130,13 +138,15 @@ func stopClaimAPIServer() {
 }
 
 // TestClaimCrashPoints kills `bucketbroker controller` at every claim crash
-// point: a provisioning point while a new claim is provisioned, a deletion
-// point while a bound claim is deleted. The process is started again on the
-// same data dir, and the cell checks what the cluster and the backend end
-// up with: one bucket, one ObjectBucket with the claim's UID, one live key
-// (the Secret's, which works in its bucket and nowhere else), and after the
-// claim's deletion nothing of it left and no finalizer stuck. It prints the
-// table and fails on any cell that did not converge.
+// point: a provisioning point while a new claim is provisioned, a repair
+// point while the Secret of a bound claim, deleted by someone, is made
+// again with its keys, a deletion point while a bound claim is deleted. The
+// process is started again on the same data dir, and the cell checks what
+// the cluster and the backend end up with: one bucket, one ObjectBucket
+// with the claim's UID, one live key (the Secret's, which works in its
+// bucket and nowhere else; after a repair the same key as before), and
+// after the claim's deletion nothing of it left and no finalizer stuck. It
+// prints the table and fails on any cell that did not converge.
 func TestClaimCrashPoints(t *testing.T) {
 	api, kubeconfig := claimAPIServer(t)
 	t.Logf("envtest started in %s", api.StartedIn.Round(time.Millisecond))
@@ -179,8 +189,11 @@ func claimTable(results map[crashpoint.Point]result) string {
 	fmt.Fprintf(&sb, "|%s|%s|%s|%s|\n", strings.Repeat("-", 28), strings.Repeat("-", 14), strings.Repeat("-", 11), strings.Repeat("-", 7))
 	for _, p := range crashpoint.ClaimPoints {
 		by := "provisioning"
-		if claimDeletionPoints[p] {
+		switch {
+		case claimDeletionPoints[p]:
 			by = "deletion"
+		case claimRepairPoints[p]:
+			by = "repair"
 		}
 		out, took := "not run", "-"
 		if r, ok := results[p]; ok {
@@ -208,6 +221,8 @@ type claimRun struct {
 	uid             types.UID
 	// bucket and the Secret's keys, once Bound.
 	bucket, ak, sk string
+	// secretUID is the Secret a repair cell deleted.
+	secretUID types.UID
 	// foreign is a bucket the controller did not make: the claim's keys
 	// must not reach it, and it must survive the claim.
 	foreign string
@@ -260,12 +275,17 @@ func runClaimCell(t *testing.T, api *harness.APIServer, kubeconfig string, point
 	start := time.Now()
 	r := newClaimRun(t, api, kubeconfig, claimSlug(point))
 	r.point = point
-	deletion := claimDeletionPoints[point]
-	// A deletion point is armed from the start: provisioning never passes
-	// it, and the same process then dies when the claim is deleted.
+	deletion, repair := claimDeletionPoints[point], claimRepairPoints[point]
+	// A deletion or repair point is armed from the start: provisioning
+	// never passes it, and the same process then dies when the claim is
+	// deleted, or its Secret is.
 	if r.start(point) && r.foreignBucket() && r.createClaim() &&
-		(deletion || r.crashAndRestart()) && r.waitBound() {
+		(deletion || repair || r.crashAndRestart()) && r.waitBound() {
 		r.checkBound()
+		if repair && !(r.deleteSecret() && r.crashAndRestart() && r.waitSecretRemade()) {
+			r.ctl.Stop()
+			return result{outcome: r.out, notes: r.notes, took: time.Since(start)}
+		}
 		if r.deleteClaim() && (!deletion || r.crashAndRestart()) && r.waitGone() {
 			r.checkClean()
 		}
@@ -488,6 +508,53 @@ func (r *claimRun) expectKey(key string) {
 	if _, ok := users[user]; key != "" && !ok {
 		r.mark(lost, "no backend user %s for the claim", user)
 	}
+}
+
+// deleteSecret deletes the bound claim's Secret, as someone cleaning up
+// by hand would: the controller's finalizer holds it, terminating, until
+// the controller has stashed its keys and made it again.
+func (r *claimRun) deleteSecret() bool {
+	r.lap("")
+	sec := &corev1.Secret{}
+	if err := r.k8s.Get(r.ctx, r.key(), sec); err != nil {
+		r.mark(broken, "get the Secret to delete: %v", err)
+		return false
+	}
+	r.secretUID = sec.UID
+	if err := r.k8s.Delete(r.ctx, sec); err != nil {
+		r.mark(broken, "delete the Secret: %v", err)
+		return false
+	}
+	return true
+}
+
+// waitSecretRemade waits for the claim's Secret to be made again (a new
+// UID, not terminating), then checks the claim as checkBound does and that
+// the Secret holds the keys it held before: a repair makes no new key.
+func (r *claimRun) waitSecretRemade() bool {
+	deadline := time.Now().Add(r.wait)
+	last := "not looked"
+	for time.Now().Before(deadline) {
+		sec := &corev1.Secret{}
+		err := r.k8s.Get(r.ctx, r.key(), sec)
+		switch {
+		case err != nil:
+			last = err.Error()
+		case sec.UID == r.secretUID || sec.DeletionTimestamp != nil:
+			last = fmt.Sprintf("the deleted Secret is still there (finalizers %v)", sec.Finalizers)
+		default:
+			r.lap("remade")
+			ak, sk := r.ak, r.sk
+			r.checkBound()
+			if r.ak != ak || r.sk != sk {
+				r.mark(lost, "the remade Secret holds key %s, not the key %s it held before", r.ak, ak)
+			}
+			return r.ok()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.mark(stuck, "the deleted Secret not made again within %s: %s", r.wait, last)
+	return false
 }
 
 func (r *claimRun) deleteClaim() bool {
