@@ -420,3 +420,13 @@ func flatten(ve *jsonschema.ValidationError) string {
 	walk(ve)
 	return strings.Join(msgs, "; ")
 }
+
+// HasService reports whether the catalog offers the service with that id.
+func (c *Catalog) HasService(id string) bool {
+	for _, s := range c.Services {
+		if s.ID == id {
+			return true
+		}
+	}
+	return false
+}

@@ -132,6 +132,9 @@ type UnbindRequest struct {
 type BindResult struct {
 	Result
 	Credentials *Credentials
+	// RawCredentials are an upstream binding's credentials (instead of
+	// Credentials): the JSON object the upstream answered, verbatim.
+	RawCredentials json.RawMessage
 }
 
 // Credentials are what an application needs to use its bucket. The JSON
@@ -163,7 +166,9 @@ type InstanceView struct {
 // BindingView is the answer to GET binding.
 type BindingView struct {
 	Credentials *Credentials
-	Parameters  json.RawMessage
+	// RawCredentials: see BindResult.
+	RawCredentials json.RawMessage
+	Parameters     json.RawMessage
 }
 
 // LastOperation is the answer to a last_operation poll.

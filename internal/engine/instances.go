@@ -35,6 +35,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 		return Result{}, err
 	}
 	how := e.answering(req.AcceptsIncomplete, plan)
+	up := e.upstreamOf(req.ServiceID)
 	r := Request{ServiceID: req.ServiceID, PlanID: req.PlanID, Parameters: params,
 		OrganizationGUID: req.OrganizationGUID, SpaceGUID: req.SpaceGUID, Context: req.Context,
 		Maintenance: plan.Maintenance().Version}
@@ -49,17 +50,32 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 			if err := checkFreeForm(r); err != nil {
 				return err
 			}
+			if up != "" {
+				return nil // the upstream's parameters are opaque
+			}
 			return checkLabels(params)
 		},
 		fresh: func() (*Record, error) {
 			fresh := e.newInstance(req.InstanceID, r, fp, e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
+			if fresh.Upstream = up; up != "" {
+				fresh.Bucket, fresh.Owner = "", ""
+				return fresh, nil
+			}
 			fresh.BucketAttempted = e.bucketFree(ctx, fresh, how)
 			return fresh, nil
 		},
 		again: func(rec *Record) error {
 			if rec.Phase == PhaseDeleted {
-				rec.BucketAttempted = e.bucketFree(ctx, rec, how)
+				// A deleted id may come back for another service: the
+				// names are those of the service asked for now.
+				rec.Upstream, rec.UpstreamAttempted, rec.DashboardURL = up, false, ""
+				rec.Bucket, rec.Owner = "", ""
+				if up == "" {
+					rec.Bucket, rec.Owner = driver.BucketName(e.prefix, string(KindInstance), rec.ID), driver.OwnerMark(string(KindInstance), rec.ID)
+					rec.BucketAttempted = e.bucketFree(ctx, rec, how)
+				}
 			}
+			rec.UpstreamOp = UpstreamOp{}
 			rec.Request, rec.Fingerprint, rec.Phase = r, fp, PhaseProvisioning
 			rec.startOp(e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
 			return nil
@@ -367,6 +383,9 @@ func (e *Engine) updateTarget(ctx context.Context, rec *Record, req UpdateReques
 	if err := checkFreeForm(t); err != nil {
 		return Request{}, nil, err
 	}
+	if rec.Upstream != "" {
+		return t, plan, nil // the upstream's parameters are opaque
+	}
 	if err := checkLabels(merged); err != nil {
 		return Request{}, nil, err
 	}
@@ -381,7 +400,7 @@ func (e *Engine) bindingsForbid(ctx context.Context, instanceID string, plan *ca
 		return e.storeErr(ctx, err)
 	}
 	for _, b := range bindings {
-		if b.Phase != PhaseDeleted && !plan.Settings().AllowsAccess(driver.Access(b.Access)) {
+		if b.Phase != PhaseDeleted && b.Upstream == "" && !plan.Settings().AllowsAccess(driver.Access(b.Access)) {
 			return fmt.Errorf("%w: binding %s has %s access, which plan %q does not allow; unbind it first",
 				ErrUnprocessable, b.ID, b.Access, plan.Name)
 		}
