@@ -25,7 +25,8 @@ type Endpoint struct {
 	PathStyle bool
 }
 
-// Options configure an Engine. Store, Driver, Catalog and Box are required.
+// Options configure an Engine. Store, Catalog and Box are required, and
+// Driver unless every service of the catalog is an upstream's.
 type Options struct {
 	Store    Store
 	Driver   driver.Driver
@@ -131,7 +132,7 @@ type worker struct {
 
 // New returns an Engine. Call Start before serving requests.
 func New(opts Options) (*Engine, error) {
-	if opts.Store == nil || opts.Driver == nil || opts.Catalog == nil || opts.Box == nil {
+	if opts.Store == nil || opts.Catalog == nil || opts.Box == nil {
 		return nil, errors.New("engine: store, driver, catalog and secret box are required")
 	}
 	if opts.Prefix == "" {
@@ -179,6 +180,13 @@ func New(opts Options) (*Engine, error) {
 	upstreams, byService, err := indexUpstreams(opts.Upstreams, opts.Catalog)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Driver == nil {
+		for _, s := range opts.Catalog.Services {
+			if _, ok := byService[s.ID]; !ok {
+				return nil, fmt.Errorf("engine: store, driver, catalog and secret box are required (service %q is no upstream's)", s.Name)
+			}
+		}
 	}
 	sl := newSlots(opts.Workers)
 	m, err := newMetrics(opts.Registerer, sl.oldest)
