@@ -29,6 +29,10 @@ type Config struct {
 	PollInterval time.Duration
 }
 
+// ErrFilter: the upstream's catalog leaves nothing to serve, or lacks what
+// the service or plan filter names.
+var ErrFilter = errors.New("catalog does not fit the filter")
+
 // Upstream is the engine.Backend (an engine.Upstream) of one upstream
 // broker. Call FetchCatalog before handing it to the engine.
 type Upstream struct {
@@ -84,7 +88,7 @@ func (u *Upstream) FetchCatalog(ctx context.Context) error {
 	}
 	services, err := filter(cat.Services, u.cfg.Services, u.cfg.Plans)
 	if err != nil {
-		return fmt.Errorf("upstream %s: %w", u.cfg.Name, err)
+		return fmt.Errorf("upstream %s: %w: %w", u.cfg.Name, ErrFilter, err)
 	}
 	u.services = services
 	u.byID = map[string]*osbclient.Service{}
