@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -305,3 +306,5 @@ func TestStartUpRefusals(t *testing.T) {
 		t.Errorf("start-up error does not name the upstream:\n%s", harness.Tail(c.Log(), 2000))
 	}
 }
+
+func jsonDecode(resp *http.Response, v any) error { return json.NewDecoder(resp.Body).Decode(v) }
