@@ -61,6 +61,8 @@ type envOpts struct {
 	illArgs []string
 	// via, when set, is put between the engine and the ill broker.
 	via func(target *url.URL) string
+	// syncTimeout is the engine's (default 30s).
+	syncTimeout time.Duration
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -98,9 +100,12 @@ func newEnv(t *testing.T, o envOpts) *env {
 		t.Fatal(err)
 	}
 	logs := &harness.LockedBuffer{}
+	if o.syncTimeout == 0 {
+		o.syncTimeout = 30 * time.Second
+	}
 	eng, err := engine.New(engine.Options{Store: st, Catalog: cat, Box: box, Upstreams: []engine.Upstream{up},
 		Logger:      slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		SyncTimeout: 30 * time.Second, AsyncTimeout: 60 * time.Second, LeaseTTL: 20 * time.Second})
+		SyncTimeout: o.syncTimeout, AsyncTimeout: 60 * time.Second, LeaseTTL: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
