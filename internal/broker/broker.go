@@ -159,7 +159,10 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 		}
 		tlsConfig = rl.Config()
 	}
-	cat, err := b.catalog(ctx, cfg)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildinfo.Get().Collector())
+	cat, err := b.catalog(ctx, cfg, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -211,9 +214,6 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 		}
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		buildinfo.Get().Collector())
 	b.engine, err = engine.New(engine.Options{
 		Store: b.store, Driver: drv, Catalog: cat, Box: box, Endpoint: endpoint, Prefix: cfg.Prefix,
 		AsyncTimeout: cfg.AsyncTimeout, SyncTimeout: cfg.SyncTimeout, SyncBudget: cfg.SyncBudget, Logger: b.log, Registerer: reg,
@@ -283,7 +283,7 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 // catalog is the catalog served: the bucket service's (the built-in one or
 // cfg.CatalogFile), unless cfg.NoBucketService, and each upstream's
 // services, fetched now.
-func (b *Broker) catalog(ctx context.Context, cfg Config) (*catalog.Catalog, error) {
+func (b *Broker) catalog(ctx context.Context, cfg Config, reg prometheus.Registerer) (*catalog.Catalog, error) {
 	var base *catalog.Catalog
 	if !cfg.NoBucketService {
 		base = catalog.Default()
@@ -303,8 +303,13 @@ func (b *Broker) catalog(ctx context.Context, cfg Config) (*catalog.Catalog, err
 	if timeout <= 0 {
 		timeout = 60 * time.Second
 	}
+	metrics, err := upstream.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
 	var sources []catalog.Source
 	for _, uc := range cfg.Upstreams {
+		uc.Metrics = metrics
 		u, err := upstream.New(uc)
 		if err != nil {
 			return nil, err

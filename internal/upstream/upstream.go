@@ -27,6 +27,8 @@ type Config struct {
 	// PollInterval is the pause between two polls of an upstream
 	// operation (default 1 second).
 	PollInterval time.Duration
+	// Metrics, when set, counts the requests to the upstream.
+	Metrics *Metrics
 }
 
 // ErrFilter: the upstream's catalog leaves nothing to serve, or lacks what
@@ -46,6 +48,9 @@ type Upstream struct {
 func New(cfg Config) (*Upstream, error) {
 	if !validName(cfg.Name) {
 		return nil, fmt.Errorf("upstream %q: the name must be 1-63 lowercase letters, digits or inner hyphens", cfg.Name)
+	}
+	if cfg.Metrics != nil {
+		cfg.Client.Wrap = cfg.Metrics.wrap(cfg.Name)
 	}
 	c, err := osbclient.New(cfg.Client)
 	if err != nil {
