@@ -13,13 +13,16 @@ import (
 )
 
 // TestCrashPointsOfTheUpstreamPath kills the front broker (exit 137, as
-// kill -9) at every crash point of the upstream path, on the ill broker's
+// kill -9) at every crash point of the upstream path (the upstream
+// backend's, and the engine's own that an upstream's records pass), on the ill broker's
 // sync and async plans; starts it again on the same data dir; replays what
 // a platform would; and checks that the upstream saw exactly one create
 // (and one delete) per id and that every answer carries the credentials
 // the upstream issued.
 func TestCrashPointsOfTheUpstreamPath(t *testing.T) {
-	for _, p := range crashpoint.UpstreamPoints {
+	points := append([]crashpoint.Point{crashpoint.ProvisionRecordWritten, crashpoint.BindRecordWritten,
+		crashpoint.UnbindRecordWritten, crashpoint.DeprovisionRecordWritten}, crashpoint.UpstreamPoints...)
+	for _, p := range points {
 		for _, plan := range []string{illbroker.PlanSync, illbroker.PlanAsync} {
 			name := strings.ReplaceAll(string(p), "/", "_") + map[string]string{illbroker.PlanSync: "_sync", illbroker.PlanAsync: "_async"}[plan]
 			t.Run(name, func(t *testing.T) { crashCell(t, p, plan) })
@@ -72,13 +75,13 @@ func crashCell(t *testing.T, p crashpoint.Point, plan string) {
 	}
 	b.Start()
 	switch p {
-	case crashpoint.ProvisionUpstreamAnswered:
+	case crashpoint.ProvisionUpstreamAnswered, crashpoint.ProvisionRecordWritten:
 		crash("PUT", path+q(""), illBody(plan))
 		provisioned() // the platform re-sends
 		if in := ib.State().Instances["i-c"]; in.Creates != 1 || !in.Exists || in.State != "ready" {
 			t.Fatalf("upstream instance after the crash and the replay: %+v", in)
 		}
-	case crashpoint.BindUpstreamAnswered, crashpoint.BindUpstreamRecorded:
+	case crashpoint.BindUpstreamAnswered, crashpoint.BindUpstreamRecorded, crashpoint.BindRecordWritten:
 		provisioned()
 		crash("PUT", bp, bindBody)
 		r := want(t, b.Do("PUT", bp, bindBody), http.StatusCreated, http.StatusOK)
@@ -92,7 +95,7 @@ func crashCell(t *testing.T, p crashpoint.Point, plan string) {
 		if bs := ib.State().Bindings["b-c"]; bs.Creates != 1 || bs.CredentialsIssued != 1 || !bs.Exists {
 			t.Fatalf("upstream binding after the crash and the replay: %+v", bs)
 		}
-	case crashpoint.UnbindUpstreamDeleted:
+	case crashpoint.UnbindUpstreamDeleted, crashpoint.UnbindRecordWritten:
 		provisioned()
 		want(t, b.Do("PUT", bp, bindBody), http.StatusCreated)
 		crash("DELETE", bp+illQuery(plan), nil)
@@ -101,7 +104,7 @@ func crashCell(t *testing.T, p crashpoint.Point, plan string) {
 		if bs := ib.State().Bindings["b-c"]; bs.Creates != 1 || bs.Deletes != 1 || bs.Exists {
 			t.Fatalf("upstream binding after the crash and the replay: %+v", bs)
 		}
-	case crashpoint.DeprovisionUpstreamDeleted:
+	case crashpoint.DeprovisionUpstreamDeleted, crashpoint.DeprovisionRecordWritten:
 		provisioned()
 		want(t, b.Do("PUT", bp, bindBody), http.StatusCreated)
 		crash("DELETE", path+q(illQuery(plan)), nil)

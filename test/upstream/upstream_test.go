@@ -273,6 +273,17 @@ func TestFrontOfBucketbroker(t *testing.T) {
 	if bs, _ := up.Backend.Buckets(); len(bs) != 1 {
 		t.Fatalf("upstream buckets: %v, want one", bs)
 	}
+	// Asynchronously: 202, polled through the front broker's operation.
+	ap := "/v2/service_instances/bb-2"
+	r := want(t, b.Do("PUT", ap+"?accepts_incomplete=true", harness.ProvisionBody), http.StatusAccepted)
+	if lo, err := b.LastOperation(60*time.Second, ap, r.Operation()); err != nil || lo.State() != "succeeded" {
+		t.Fatalf("async provision through bucketbroker: %s, %v", lo, err)
+	}
+	want(t, up.Do("GET", ap, nil), http.StatusOK)
+	r = want(t, b.Do("DELETE", ap+harness.DeleteQuery+"&accepts_incomplete=true", nil), http.StatusAccepted)
+	if lo, err := b.LastOperation(60*time.Second, ap, r.Operation()); err != nil || (lo.Code != http.StatusGone && lo.State() != "succeeded") {
+		t.Fatalf("async deprovision through bucketbroker: %s, %v", lo, err)
+	}
 	want(t, b.Do("DELETE", path+harness.DeleteQuery, nil), http.StatusOK)
 	want(t, up.Do("GET", bp, nil), http.StatusNotFound)
 	if bs, _ := up.Backend.Buckets(); len(bs) != 0 {
