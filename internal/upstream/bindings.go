@@ -40,6 +40,9 @@ func (u *Upstream) Bind(ctx context.Context, w *engine.Work) error {
 			}
 		}
 		c, err := u.createBinding(ctx, w, &sent)
+		if errors.Is(err, engine.ErrNotOurs) {
+			rec.UpstreamAttempted = false // an unbind must not delete it
+		}
 		if err != nil {
 			return w.Fail(ctx, err)
 		}

@@ -152,7 +152,12 @@ func (u *Upstream) createInstance(ctx context.Context, w *engine.Work, sent *boo
 // of time without a definite answer may have made the instance: it is
 // deleted upstream (orphan mitigation, as the spec asks of a platform).
 func (u *Upstream) createGaveUp(ctx context.Context, w *engine.Work, err error) error {
-	if w.Interrupted(ctx, err) || errors.Is(err, engine.ErrRefused) || errors.Is(err, engine.ErrNotOurs) {
+	if errors.Is(err, engine.ErrNotOurs) {
+		// Nothing upstream is ours: a deprovision must not delete it.
+		w.Rec.UpstreamAttempted = false
+		return w.Fail(ctx, err)
+	}
+	if w.Interrupted(ctx, err) || errors.Is(err, engine.ErrRefused) {
 		return w.Fail(ctx, err)
 	}
 	rec := w.Rec

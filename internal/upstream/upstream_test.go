@@ -425,6 +425,14 @@ func TestFirstCreateConflictIsNotOurs(t *testing.T) {
 	if in := e.ib.State().Instances["i-x"]; !in.Exists || in.Deletes != 0 || in.Creates != 1 {
 		t.Fatalf("the other's instance: %+v, want it left alone", in)
 	}
+	// The platform cleans up after the failed provision: the deprovision
+	// succeeds and leaves the other's instance alone.
+	if _, err := e.eng.Deprovision(ctx, engine.DeprovisionRequest{InstanceID: "i-x", ServiceID: illbroker.ServiceID, PlanID: illbroker.PlanSync}); err != nil {
+		t.Fatalf("deprovision after the refusal: %v", err)
+	}
+	if in := e.ib.State().Instances["i-x"]; !in.Exists || in.Deletes != 0 {
+		t.Fatalf("the other's instance after our deprovision: %+v, want it left alone", in)
+	}
 }
 
 func TestFailedAsyncProvisionIsCreatedAgainOnRetry(t *testing.T) {
