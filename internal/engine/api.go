@@ -56,6 +56,9 @@ type Result struct {
 	Outcome Outcome
 	// Operation is the operation id for OutcomeAccepted.
 	Operation string
+	// DashboardURL is an upstream instance's dashboard_url, when its
+	// upstream gave one (empty otherwise).
+	DashboardURL string
 }
 
 // ProvisionRequest asks for a service instance (a bucket).
@@ -161,6 +164,8 @@ type InstanceView struct {
 	// a plan without it); MaintenanceDescription is the plan's description
 	// of it, when it is still the plan's current version.
 	MaintenanceVersion, MaintenanceDescription string
+	// DashboardURL: see Result.
+	DashboardURL string
 }
 
 // BindingView is the answer to GET binding.

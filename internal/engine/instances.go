@@ -93,7 +93,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 	case PhaseProvisioning:
 		return e.inFlight(ctx, rec, req.AcceptsIncomplete)
 	case PhaseReady, PhaseUpdating:
-		return Result{Outcome: OutcomeOK}, nil
+		return Result{Outcome: OutcomeOK, DashboardURL: rec.DashboardURL}, nil
 	default: // deprovisioning, or failed by a later operation
 		return Result{}, fmt.Errorf("%w: instance %s is being deprovisioned, or its deprovision failed", ErrConcurrency, req.InstanceID)
 	}
@@ -262,7 +262,7 @@ func (e *Engine) outcome(end *Record, opID string, done Outcome) (Result, *Recor
 	if end.Op.State == OpFailed {
 		return Result{}, nil, fmt.Errorf("%w: %s", ErrFailed, end.Op.Description)
 	}
-	return Result{Outcome: done}, end, nil
+	return Result{Outcome: done, DashboardURL: end.DashboardURL}, end, nil
 }
 
 // Update changes an instance's plan or parameters.
@@ -470,7 +470,8 @@ func (e *Engine) GetInstance(ctx context.Context, id string) (*InstanceView, err
 		return nil, fmt.Errorf("%w: instance %s is %s", ErrMissing, id, rec.Phase)
 	}
 	v := &InstanceView{ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID,
-		Parameters: rec.Request.Parameters, Bucket: rec.Bucket, MaintenanceVersion: rec.Request.Maintenance}
+		Parameters: rec.Request.Parameters, Bucket: rec.Bucket, MaintenanceVersion: rec.Request.Maintenance,
+		DashboardURL: rec.DashboardURL}
 	if plan, err := e.catalog.Lookup(rec.Request.ServiceID, rec.Request.PlanID); err == nil && plan.Maintenance().Version == v.MaintenanceVersion {
 		v.MaintenanceDescription = plan.Maintenance().Description
 	}

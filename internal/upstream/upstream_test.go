@@ -191,8 +191,15 @@ func TestSyncLifecycleForwardsAndIsExactlyOnce(t *testing.T) {
 	if err != nil || res.Outcome != engine.OutcomeCreated {
 		t.Fatalf("provision: %+v, %v", res, err)
 	}
-	if res, err = e.eng.Provision(ctx, req); err != nil || res.Outcome != engine.OutcomeOK {
+	const dash = "https://dashboard.example/si-i-1"
+	if res.DashboardURL != dash {
+		t.Errorf("provision answered dashboard_url %q, want the upstream's %q", res.DashboardURL, dash)
+	}
+	if res, err = e.eng.Provision(ctx, req); err != nil || res.Outcome != engine.OutcomeOK || res.DashboardURL != dash {
 		t.Fatalf("duplicate provision: %+v, %v", res, err)
+	}
+	if v, err := e.eng.GetInstance(ctx, "i-1"); err != nil || v.DashboardURL != dash || string(v.Parameters) != `{"size":"small"}` {
+		t.Fatalf("GET instance: %+v, %v", v, err)
 	}
 	in := e.ib.State().Instances["i-1"]
 	if in == nil || in.Creates != 1 || in.State != "ready" {

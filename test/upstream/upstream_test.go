@@ -135,6 +135,9 @@ func TestFrontOfIllBroker(t *testing.T) {
 	if lo, err := b.LastOperation(60*time.Second, asyncPath, r.Operation()); err != nil || lo.State() != "succeeded" {
 		t.Fatalf("async provision: %s, %v", lo, err)
 	}
+	if got := want(t, b.Do("GET", asyncPath, nil), http.StatusOK); got.Body["dashboard_url"] != "https://dashboard.example/si-i-async" {
+		t.Errorf("GET instance: %v, want the upstream's dashboard_url", got.Body)
+	}
 	for _, id := range []string{"b-a1", "b-a2"} {
 		want(t, b.Do("PUT", asyncPath+"/service_bindings/"+id, map[string]any{"service_id": illbroker.ServiceID, "plan_id": illbroker.PlanAsync}), http.StatusCreated)
 	}
