@@ -287,6 +287,15 @@ func TestFrontOfBucketbroker(t *testing.T) {
 	if lo, err := b.LastOperation(60*time.Second, ap, r.Operation()); err != nil || (lo.Code != http.StatusGone && lo.State() != "succeeded") {
 		t.Fatalf("async deprovision through bucketbroker: %s, %v", lo, err)
 	}
+	// An unbind through the front broker revokes the upstream's key; a
+	// second binding is left for the deprovision to revoke.
+	want(t, b.Do("DELETE", bp+harness.DeleteQuery, nil), http.StatusOK)
+	want(t, up.Do("GET", bp, nil), http.StatusNotFound)
+	if k, _ := up.Backend.Keys(); len(k) != 0 {
+		t.Fatalf("upstream keys after the unbind: %v", k)
+	}
+	bp = path + "/service_bindings/bb-b2"
+	want(t, b.Do("PUT", bp+"?accepts_incomplete=true", harness.BindBody), http.StatusCreated, http.StatusAccepted)
 	want(t, b.Do("DELETE", path+harness.DeleteQuery, nil), http.StatusOK)
 	want(t, up.Do("GET", bp, nil), http.StatusNotFound)
 	if bs, _ := up.Backend.Buckets(); len(bs) != 0 {
