@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -175,6 +176,9 @@ func (b bucketBackend) Unbind(ctx context.Context, w *Work) error { return b.e.u
 // backend returns the Backend that carries out rec's operations: the
 // upstream the record names, else the bucket backend.
 func (e *Engine) backend(rec *Record) (Backend, error) {
+	if rec.Upstream == "" && e.driver == nil {
+		return nil, errors.New("the bucket service is not served by this process (started with --bucket-service=false)")
+	}
 	if rec.Upstream == "" {
 		return bucketBackend{e}, nil
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
 	"github.com/bucketbroker/bucketbroker/internal/engine"
@@ -66,5 +67,53 @@ func TestNewChecksUpstreams(t *testing.T) {
 				t.Fatalf("error %v, want one saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A bucket record left unfinished, resumed by a process that serves only
+// upstreams (no driver), fails saying why instead of crashing the process.
+func TestBucketRecordWithoutTheBucketService(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	box, err := secretbox.New(make([]byte, secretbox.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	rec := &engine.Record{Kind: engine.KindInstance, ID: "old", Phase: engine.PhaseDeprovisioning, Bucket: "bb-old", Owner: "instance/old",
+		Op:        engine.Operation{ID: "op1", Type: engine.OpDeprovision, State: engine.OpInProgress, StartedAt: now, Deadline: now.Add(time.Hour)},
+		CreatedAt: now, UpdatedAt: now}
+	if err := st.Insert(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	svc := json.RawMessage(`{"id":"u-svc","name":"db","description":"d","bindable":true,"plans":[{"id":"u-plan","name":"p","description":"d"}]}`)
+	cat, err := catalog.Merge(nil, catalog.Source{Upstream: "db", Services: []json.RawMessage{svc}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(engine.Options{Store: st, Catalog: cat, Box: box, Upstreams: []engine.Upstream{namedUpstream{name: "db", ids: []string{"u-svc"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = e.Shutdown(ctx) }()
+	for {
+		lo, err := e.InstanceLastOperation(ctx, "old", "op1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lo.State != engine.OpInProgress {
+			if lo.State != engine.OpFailed || !strings.Contains(lo.Description, "bucket service is not served") {
+				t.Fatalf("operation ended %+v", lo)
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
