@@ -90,6 +90,7 @@ func newServeCommand() *cobra.Command {
 	cfg := broker.Config{}
 	var logOpts logOptions
 	var pprofListen string
+	var ups upstreamFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the OSB broker",
@@ -116,9 +117,20 @@ file keeps them.
 
 With --tls-cert-file and --tls-key-file the OSB API serves HTTPS (TLS 1.2
 and newer); the first connection after the files change gets the new
-certificate, so a rotation (cert-manager) needs no restart.`,
+certificate, so a rotation (cert-manager) needs no restart.
+
+Upstream mode (docs/upstream.md): with --upstream or --upstream-config it also
+serves the services of other OSB brokers, through the same exactly-once
+engine. The basic-auth credentials of a --upstream NAME=URL come from
+BUCKETBROKER_UPSTREAM_<NAME>_USERNAME and BUCKETBROKER_UPSTREAM_<NAME>_PASSWORD
+(NAME in upper case, hyphens as underscores); those of a config file's
+upstream from its passwordFile or passwordEnv.`,
 		Example: `  # Everything embedded, state in ./data
   bucketbroker serve
+
+  # Only the services of an upstream OSB broker, made exactly-once
+  BUCKETBROKER_UPSTREAM_DB_USERNAME=admin BUCKETBROKER_UPSTREAM_DB_PASSWORD=... \
+    bucketbroker serve --bucket-service=false --upstream db=https://db-broker.internal
 
   # An external S3 + IAM API endpoint (versitygw, SeaweedFS, Ceph RGW, AWS)
   BUCKETBROKER_S3_ROOT_ACCESS_KEY=... BUCKETBROKER_S3_ROOT_SECRET_KEY=... \
@@ -145,6 +157,9 @@ certificate, so a rotation (cert-manager) needs no restart.`,
 			if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
 				return fmt.Errorf("--tls-cert-file and --tls-key-file go together: give both, or neither for plain HTTP")
 			}
+			if err := ups.apply(&cfg); err != nil {
+				return err
+			}
 			return serve(cmd, cfg, pprofListen)
 		},
 	}
@@ -163,6 +178,7 @@ certificate, so a rotation (cert-manager) needs no restart.`,
 	f.IntVar(&cfg.Workers, "workers", 32, "operations driven at once; the others wait in a queue, those a request has just started first")
 	f.StringVar(&cfg.TLSCertFile, "tls-cert-file", "", "PEM certificate (chain) of the OSB API; with --tls-key-file it serves HTTPS, TLS 1.2+, reloaded when the files change")
 	f.StringVar(&cfg.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
+	ups.bind(f)
 	bindPprofFlag(f, &pprofListen)
 	logOpts.bind(cmd)
 	return cmd
@@ -218,8 +234,13 @@ func printBanner(w io.Writer, b *broker.Broker, secrets bool) {
 	default:
 		fmt.Fprintf(&sb, "  broker pass:   in %s   (generated; set BUCKETBROKER_PASSWORD to choose)\n", g.PasswordFile)
 	}
-	fmt.Fprintf(&sb, "  S3 endpoint:   %s\n", b.S3Endpoint)
-	fmt.Fprintf(&sb, "  IAM endpoint:  %s\n", b.IAMEndpoint)
+	if b.S3Endpoint != "" {
+		fmt.Fprintf(&sb, "  S3 endpoint:   %s\n", b.S3Endpoint)
+		fmt.Fprintf(&sb, "  IAM endpoint:  %s\n", b.IAMEndpoint)
+	}
+	for _, u := range b.Upstreams() {
+		fmt.Fprintf(&sb, "  upstream:      %s\n", u)
+	}
 	switch g := b.Generated; {
 	case !g.RootCredentials:
 	case secrets:

@@ -24,7 +24,8 @@ func TestServeHelpExplainsCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"BUCKETBROKER_PASSWORD", "BUCKETBROKER_S3_ROOT_ACCESS_KEY", "--data-dir", "--driver", "--catalog", "--encryption-key-file"} {
+	for _, want := range []string{"BUCKETBROKER_PASSWORD", "BUCKETBROKER_S3_ROOT_ACCESS_KEY", "--data-dir", "--driver", "--catalog", "--encryption-key-file",
+		"--upstream", "--upstream-config", "--bucket-service", "BUCKETBROKER_UPSTREAM_<NAME>_PASSWORD", "passwordFile"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("serve --help does not mention %s", want)
 		}
@@ -50,6 +51,11 @@ func TestServeRejectsBadFlagsBeforeStarting(t *testing.T) {
 		"no workers":                        {[]string{"serve", "--workers", "0"}, nil, "--workers"},
 		"TLS certificate without key":       {[]string{"serve", "--tls-cert-file", "tls.crt"}, nil, "--tls-key-file"},
 		"TLS key without certificate":       {[]string{"serve", "--tls-key-file", "tls.key"}, nil, "--tls-cert-file"},
+		"no service at all":                 {[]string{"serve", "--bucket-service=false"}, nil, "--bucket-service=false needs"},
+		"upstream without a URL":            {[]string{"serve", "--upstream", "db"}, nil, "NAME=URL"},
+		"two upstreams of one name":         {[]string{"serve", "--upstream", "db=http://a", "--upstream", "db=http://b"}, nil, `two upstreams are named "db"`},
+		"missing upstream config":           {[]string{"serve", "--upstream-config", "/nonexistent/upstreams.yaml"}, nil, "read upstream config"},
+		"no poll interval":                  {[]string{"serve", "--upstream", "db=http://a", "--upstream-poll-interval", "0s"}, nil, "--upstream-poll-interval"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			for k, v := range tc.env {

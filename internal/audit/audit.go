@@ -267,6 +267,11 @@ func (j *judge) missing(inv driver.Inventory) {
 		if r.Phase != engine.PhaseReady || !r.Op.Finished() {
 			continue
 		}
+		if r.Upstream != "" {
+			j.rep.Skipped = append(j.rep.Skipped, Skipped{Record: recordName(r),
+				Reason: fmt.Sprintf("it is upstream %q's: the audit compares buckets and users only", r.Upstream)})
+			continue
+		}
 		name := r.Bucket
 		if r.Kind == engine.KindBinding {
 			name = r.UserName

@@ -307,6 +307,10 @@ func testDrift(t *testing.T, cfg s3iam.Config) {
 		Op: engine.Operation{ID: "op-busy", Type: engine.OpProvision, State: engine.OpInProgress, StartedAt: time.Now(), Deadline: time.Now().Add(time.Hour)}}
 	must(t, w.store.Insert(ctx, busy))
 	must(t, w.drv.EnsureBucket(ctx, driver.BucketSpec{Name: busyBucket, Owner: busy.Owner}))
+	// An upstream broker's instance (upstream mode): no bucket to judge.
+	up := &engine.Record{Kind: engine.KindInstance, ID: "up", Phase: engine.PhaseReady, Upstream: "db", UpstreamAttempted: true,
+		Op: engine.Operation{ID: "op-up", Type: engine.OpProvision, State: engine.OpSucceeded, StartedAt: time.Now(), Deadline: time.Now().Add(time.Hour)}}
+	must(t, w.store.Insert(ctx, up))
 
 	opts := audit.Options{Store: w.store, Driver: w.drv, Prefix: w.prefix}
 	rep, err := audit.Run(ctx, opts)
@@ -337,6 +341,12 @@ func testDrift(t *testing.T, cfg s3iam.Config) {
 	wantSkipped := []audit.Skipped{
 		{Record: "instance/busy"},
 		{Resource: audit.ResourceBucket, Name: claimBucket},
+		{Record: "instance/up"},
+	}
+	for _, s := range rep.Skipped {
+		if s.Record == "instance/up" && !strings.Contains(s.Reason, `upstream "db"`) {
+			t.Errorf("upstream record skipped because %q, want it named as the upstream's", s.Reason)
+		}
 	}
 	var gotSkipped []audit.Skipped
 	for _, s := range rep.Skipped {

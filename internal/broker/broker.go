@@ -25,10 +25,13 @@ import (
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
 	"github.com/bucketbroker/bucketbroker/internal/engine"
 	"github.com/bucketbroker/bucketbroker/internal/osb"
+	"github.com/bucketbroker/bucketbroker/internal/osbclient"
 	"github.com/bucketbroker/bucketbroker/internal/secretbox"
 	"github.com/bucketbroker/bucketbroker/internal/store/postgres"
 	"github.com/bucketbroker/bucketbroker/internal/store/sqlite"
 	"github.com/bucketbroker/bucketbroker/internal/tlsreload"
+	"github.com/bucketbroker/bucketbroker/internal/upstream"
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
 // Drivers bucketbroker can use (see package backend).
@@ -82,6 +85,15 @@ type Config struct {
 	// Workers is how many operations the engine drives at once (0: the
 	// engine's default; see engine.Options).
 	Workers int
+	// Upstreams are OSB brokers whose services are served too, each
+	// through the engine (upstream mode, docs/upstream.md).
+	Upstreams []upstream.Config
+	// NoBucketService leaves the bucket service out: only the upstreams'
+	// services are served, and no storage backend is started.
+	NoBucketService bool
+	// UpstreamCatalogTimeout bounds how long start-up tries to fetch each
+	// upstream's catalog (default 60 seconds).
+	UpstreamCatalogTimeout time.Duration
 }
 
 // Broker is a running bucketbroker.
@@ -90,6 +102,7 @@ type Broker struct {
 	log      *slog.Logger
 	store    Store
 	backend  *backend.Backend
+	upstream []*upstream.Upstream
 	engine   *engine.Engine
 	server   *http.Server
 	listener net.Listener
@@ -146,11 +159,12 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 		}
 		tlsConfig = rl.Config()
 	}
-	cat := catalog.Default()
-	if cfg.CatalogFile != "" {
-		if cat, err = catalog.Load(cfg.CatalogFile); err != nil {
-			return nil, err
-		}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildinfo.Get().Collector())
+	cat, err := b.catalog(ctx, cfg, reg)
+	if err != nil {
+		return nil, err
 	}
 	for _, w := range cat.Warnings() {
 		b.log.Warn("Catalog leaves parameters unchecked", "catalog", cfg.CatalogFile, "detail", w)
@@ -175,15 +189,23 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 		return nil, err
 	}
 
-	if b.backend, err = backend.Start(ctx, cfg.Config); err != nil {
-		return nil, err
+	var drv driver.Driver
+	var endpoint engine.Endpoint
+	if !cfg.NoBucketService {
+		if b.backend, err = backend.Start(ctx, cfg.Config); err != nil {
+			return nil, err
+		}
+		be := b.backend
+		drv = be.Driver
+		endpoint = engine.Endpoint{URL: be.PublicS3Endpoint, Region: be.Region, PathStyle: be.PathStyle}
+		b.S3Endpoint, b.IAMEndpoint = be.S3Endpoint, be.IAMEndpoint
+		b.RootAccessKey, b.RootSecretKey = be.RootAccessKey, be.RootSecretKey
+		b.Generated.RootCredentials, b.Generated.RootCredentialsFile = be.GeneratedRootCredentials, be.RootCredentialsFile
 	}
-	be := b.backend
-	drv := be.Driver
-	endpoint := engine.Endpoint{URL: be.PublicS3Endpoint, Region: be.Region, PathStyle: be.PathStyle}
-	b.S3Endpoint, b.IAMEndpoint = be.S3Endpoint, be.IAMEndpoint
-	b.RootAccessKey, b.RootSecretKey = be.RootAccessKey, be.RootSecretKey
-	b.Generated.RootCredentials, b.Generated.RootCredentialsFile = be.GeneratedRootCredentials, be.RootCredentialsFile
+	ups := make([]engine.Upstream, len(b.upstream))
+	for i, u := range b.upstream {
+		ups[i] = u
+	}
 
 	replica := cfg.ReplicaID
 	if replica == "" {
@@ -192,13 +214,11 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 		}
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		buildinfo.Get().Collector())
 	b.engine, err = engine.New(engine.Options{
 		Store: b.store, Driver: drv, Catalog: cat, Box: box, Endpoint: endpoint, Prefix: cfg.Prefix,
 		AsyncTimeout: cfg.AsyncTimeout, SyncTimeout: cfg.SyncTimeout, SyncBudget: cfg.SyncBudget, Logger: b.log, Registerer: reg,
 		ReplicaID: replica, LeaseTTL: cfg.LeaseTTL, CallTimeout: cfg.BackendCallTimeout, Workers: cfg.Workers,
+		Upstreams: ups,
 	})
 	if err != nil {
 		return nil, err
@@ -260,6 +280,90 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 	return b, nil
 }
 
+// catalog is the catalog served: the bucket service's (the built-in one or
+// cfg.CatalogFile), unless cfg.NoBucketService, and each upstream's
+// services, fetched now.
+func (b *Broker) catalog(ctx context.Context, cfg Config, reg prometheus.Registerer) (*catalog.Catalog, error) {
+	var base *catalog.Catalog
+	if !cfg.NoBucketService {
+		base = catalog.Default()
+		if cfg.CatalogFile != "" {
+			var err error
+			if base, err = catalog.Load(cfg.CatalogFile); err != nil {
+				return nil, err
+			}
+		}
+		if len(cfg.Upstreams) == 0 {
+			return base, nil
+		}
+	} else if len(cfg.Upstreams) == 0 {
+		return nil, errors.New("without the bucket service, at least one upstream is needed")
+	}
+	timeout := cfg.UpstreamCatalogTimeout
+	if timeout <= 0 {
+		timeout = 60 * time.Second
+	}
+	metrics, err := upstream.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	var sources []catalog.Source
+	for _, uc := range cfg.Upstreams {
+		uc.Metrics = metrics
+		u, err := upstream.New(uc)
+		if err != nil {
+			return nil, err
+		}
+		if err := fetchCatalog(ctx, u, timeout, b.log); err != nil {
+			return nil, err
+		}
+		src, err := u.CatalogSource()
+		if err != nil {
+			return nil, err
+		}
+		b.upstream = append(b.upstream, u)
+		sources = append(sources, src)
+		b.log.Info("Serving an upstream broker's services", "upstream", u.Name(), "url", u.URL(), "services", len(src.Services))
+	}
+	cat, err := catalog.Merge(base, sources...)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: %w", err)
+	}
+	return cat, nil
+}
+
+// fetchCatalog fetches an upstream's catalog, trying again with backoff
+// until timeout has passed (the upstream may be starting beside us).
+func fetchCatalog(ctx context.Context, u *upstream.Upstream, timeout time.Duration, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	wait := 200 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := u.FetchCatalog(ctx)
+		if err == nil || !retryableCatalogError(err) {
+			return err
+		}
+		log.Warn("Cannot fetch an upstream broker's catalog; will retry", "upstream", u.Name(), "url", u.URL(), "attempt", attempt, "error", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("upstream %s (%s): no catalog within %s: %w", u.Name(), u.URL(), timeout, err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// retryableCatalogError reports whether a failed catalog fetch may succeed
+// later: no answer, or a 5xx. A 401 or a catalog that does not fit the
+// filter will not change by waiting.
+func retryableCatalogError(err error) bool {
+	var oe *osbclient.Error
+	if errors.As(err, &oe) {
+		return oe.Status >= 500
+	}
+	return !errors.Is(err, upstream.ErrFilter)
+}
+
 // httpServerLog routes net/http's own messages through the structured
 // logger. A failed TLS handshake (a client that does not trust the
 // certificate, plain HTTP on the HTTPS port, a port scan) is the client's
@@ -314,11 +418,28 @@ func (b *Broker) ready() func(context.Context) error {
 		if _, err := b.store.Get(ctx, engine.KindInstance, "readiness-probe"); err != nil && !errors.Is(err, engine.ErrNotFound) {
 			return &osb.CheckError{Check: "store", Err: err}
 		}
-		if err := b.backend.Ready(ctx); err != nil {
-			return &osb.CheckError{Check: "storage backend", Err: err}
+		if b.backend != nil {
+			if err := b.backend.Ready(ctx); err != nil {
+				return &osb.CheckError{Check: "storage backend", Err: err}
+			}
+		}
+		for _, u := range b.upstream {
+			if _, err := u.Client().Catalog(ctx); err != nil {
+				return &osb.CheckError{Check: "upstream " + u.Name(), Err: err}
+			}
 		}
 		return nil
 	}
+}
+
+// Upstreams describes the upstream brokers served ("name url", no
+// credentials).
+func (b *Broker) Upstreams() []string {
+	out := make([]string, len(b.upstream))
+	for i, u := range b.upstream {
+		out[i] = u.Name() + " " + u.URL()
+	}
+	return out
 }
 
 // Engine returns the running engine.

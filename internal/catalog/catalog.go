@@ -165,6 +165,12 @@ type Service struct {
 	Metadata             json.RawMessage `json:"metadata,omitempty"`
 	DashboardClient      json.RawMessage `json:"dashboard_client,omitempty"`
 	Plans                []*Plan         `json:"plans"`
+
+	// Upstream names the upstream broker that serves the service (see
+	// Merge); empty for bucketbroker's own.
+	Upstream string `json:"-"`
+	// raw is an upstream's service object, served as it is.
+	raw json.RawMessage
 }
 
 // Catalog is the set of services bucketbroker offers.
@@ -306,6 +312,9 @@ func compile(name string, in *InputSchema) (*jsonschema.Schema, error) {
 func (c *Catalog) Warnings() []string {
 	var out []string
 	for _, s := range c.Services {
+		if s.Upstream != "" {
+			continue // the upstream checks its own parameters
+		}
 		for _, p := range s.Plans {
 			var missing []string
 			if p.create == nil {
@@ -352,7 +361,12 @@ func (c *Catalog) Lookup(serviceID, planID string) (*Plan, error) {
 func (c *Catalog) JSON() (json.RawMessage, error) {
 	type served Catalog
 	out := served{Services: make([]*Service, len(c.Services))}
+	var raws []json.RawMessage
 	for i, s := range c.Services {
+		if s.raw != nil {
+			raws = append(raws, s.raw)
+			continue
+		}
 		sc := *s
 		sc.Plans = make([]*Plan, len(s.Plans))
 		for j, p := range s.Plans {
@@ -362,7 +376,21 @@ func (c *Catalog) JSON() (json.RawMessage, error) {
 		}
 		out.Services[i] = &sc
 	}
-	return json.Marshal(out)
+	if raws == nil {
+		return json.Marshal(out)
+	}
+	var all []json.RawMessage
+	for _, s := range out.Services {
+		if s == nil {
+			continue
+		}
+		b, err := json.Marshal(s)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, b)
+	}
+	return json.Marshal(map[string][]json.RawMessage{"services": append(all, raws...)})
 }
 
 // Which parameters a validation is for.
@@ -419,4 +447,14 @@ func flatten(ve *jsonschema.ValidationError) string {
 	}
 	walk(ve)
 	return strings.Join(msgs, "; ")
+}
+
+// HasService reports whether the catalog offers the service with that id.
+func (c *Catalog) HasService(id string) bool {
+	for _, s := range c.Services {
+		if s.ID == id {
+			return true
+		}
+	}
+	return false
 }

@@ -110,7 +110,7 @@ func TestListsMatchCallSites(t *testing.T) {
 	for _, p := range declared {
 		known[p] = true
 	}
-	for list, points := range map[string][]Point{"Points": Points, "ClaimPoints": ClaimPoints} {
+	for list, points := range map[string][]Point{"Points": Points, "ClaimPoints": ClaimPoints, "UpstreamPoints": UpstreamPoints} {
 		seen := map[Point]bool{}
 		for _, p := range points {
 			if !known[p] {
@@ -125,6 +125,10 @@ func TestListsMatchCallSites(t *testing.T) {
 	// Each declared point is in its door's list.
 	for _, p := range declared {
 		switch {
+		case strings.Contains(string(p), "/upstream-"):
+			if !slices.Contains(UpstreamPoints, p) {
+				t.Errorf("UpstreamPoints lacks %q", p)
+			}
 		case strings.HasPrefix(string(p), "claim/"):
 			if !slices.Contains(ClaimPoints, p) {
 				t.Errorf("ClaimPoints lacks %q", p)

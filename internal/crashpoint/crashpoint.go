@@ -37,6 +37,17 @@ const (
 	UnbindUserRevoked          Point = "unbind/user-revoked"
 )
 
+// The upstream backend's points (internal/upstream): an upstream's answer
+// to a create that bucketbroker has not recorded yet, the credentials of an
+// upstream binding recorded, and an upstream delete done and not recorded.
+const (
+	ProvisionUpstreamAnswered  Point = "provision/upstream-answered"
+	BindUpstreamAnswered       Point = "bind/upstream-answered"
+	BindUpstreamRecorded       Point = "bind/upstream-credentials-recorded"
+	UnbindUpstreamDeleted      Point = "unbind/upstream-deleted"
+	DeprovisionUpstreamDeleted Point = "deprovision/upstream-deleted"
+)
+
 // The ObjectBucketClaim reconciler's points (internal/objectbucket), one
 // after each of its named writes.
 const (
@@ -104,6 +115,16 @@ var Points = []Point{
 	BindKeyRecorded,
 	UnbindRecordWritten,
 	UnbindUserRevoked,
+}
+
+// UpstreamPoints lists the upstream backend's crash points, in the order a
+// provision, a bind, an unbind and a deprovision pass them.
+var UpstreamPoints = []Point{
+	ProvisionUpstreamAnswered,
+	BindUpstreamAnswered,
+	BindUpstreamRecorded,
+	UnbindUpstreamDeleted,
+	DeprovisionUpstreamDeleted,
 }
 
 // ClaimPoints lists the ObjectBucketClaim controller's crash points, in the

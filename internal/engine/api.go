@@ -56,6 +56,9 @@ type Result struct {
 	Outcome Outcome
 	// Operation is the operation id for OutcomeAccepted.
 	Operation string
+	// DashboardURL is an upstream instance's dashboard_url, when its
+	// upstream gave one (empty otherwise).
+	DashboardURL string
 }
 
 // ProvisionRequest asks for a service instance (a bucket).
@@ -132,6 +135,9 @@ type UnbindRequest struct {
 type BindResult struct {
 	Result
 	Credentials *Credentials
+	// RawCredentials are an upstream binding's credentials (instead of
+	// Credentials): the JSON object the upstream answered, verbatim.
+	RawCredentials json.RawMessage
 }
 
 // Credentials are what an application needs to use its bucket. The JSON
@@ -158,12 +164,16 @@ type InstanceView struct {
 	// a plan without it); MaintenanceDescription is the plan's description
 	// of it, when it is still the plan's current version.
 	MaintenanceVersion, MaintenanceDescription string
+	// DashboardURL: see Result.
+	DashboardURL string
 }
 
 // BindingView is the answer to GET binding.
 type BindingView struct {
 	Credentials *Credentials
-	Parameters  json.RawMessage
+	// RawCredentials: see BindResult.
+	RawCredentials json.RawMessage
+	Parameters     json.RawMessage
 }
 
 // LastOperation is the answer to a last_operation poll.

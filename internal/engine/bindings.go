@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -36,6 +37,7 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 		AppGUID: req.AppGUID, BindResource: bindResource, Context: req.Context, Predecessor: pred}
 	fp := fingerprint(req.InstanceID, r)
 	how := e.answering(req.AcceptsIncomplete, nil)
+	up := e.upstreamOf(req.ServiceID)
 	var bp bindingParams
 	var access driver.Access // the new binding's, once check ran
 	// check runs before anything is written or answered, except for an
@@ -43,6 +45,9 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 	check := func() error {
 		if err := plan.Validate(catalog.ForBind, params); err != nil {
 			return invalidf("%v", err)
+		}
+		if up != "" {
+			return checkUpstreamBind(r)
 		}
 		if err := decodeParams(params, &bp); err != nil {
 			return invalidf("parameters: %v", err)
@@ -96,6 +101,10 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 				return nil, err
 			}
 			rec := e.newBinding(req, inst, r, fp, access)
+			if rec.Upstream = up; up != "" {
+				rec.UserName, rec.Owner = "", ""
+				return rec, nil
+			}
 			rec.UserAttempted = e.userFree(ctx, rec, how)
 			return rec, nil
 		},
@@ -108,7 +117,18 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 			if err != nil {
 				return err
 			}
-			if rec.Phase == PhaseDeleted {
+			rec.UpstreamOp = UpstreamOp{}
+			if rec.Phase == PhaseDeleted && (up != "" || rec.Upstream != "") {
+				// The id may come back for another service: the names
+				// are those of the service asked for now.
+				rec.Upstream, rec.UpstreamAttempted = up, false
+				rec.AccessKeyID, rec.SealedSecret, rec.UserAttempted = "", nil, false
+				rec.UserName, rec.Owner = "", ""
+				if up == "" {
+					rec.UserName, rec.Owner = driver.UserName(e.prefix, string(KindBinding), rec.ID), driver.OwnerMark(string(KindBinding), rec.ID)
+					rec.UserAttempted = e.userFree(ctx, rec, how)
+				}
+			} else if rec.Phase == PhaseDeleted {
 				rec.AccessKeyID, rec.SealedSecret = "", nil
 				if !rec.UserAttempted {
 					// An unbind leaves nothing of ours under the name
@@ -136,8 +156,7 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 		res, err := e.inFlight(ctx, rec, req.AcceptsIncomplete)
 		return e.withCredentials(ctx, rec, res, err)
 	case PhaseReady:
-		creds, err := e.credentials(rec)
-		return BindResult{Result: Result{Outcome: OutcomeOK}, Credentials: creds}, err
+		return e.bindResult(rec, Result{Outcome: OutcomeOK})
 	default:
 		return BindResult{}, fmt.Errorf("%w: binding %s is being deleted, or its unbind failed", ErrConcurrency, req.BindingID)
 	}
@@ -234,7 +253,7 @@ func (e *Engine) refuseBind(inst, b *Record) error {
 	if inst.Phase == PhaseUpdating && inst.Op.Target != nil {
 		planID = inst.Op.Target.PlanID
 	}
-	if plan, err := e.catalog.Lookup(inst.Request.ServiceID, planID); err == nil && !plan.Settings().AllowsAccess(driver.Access(b.Access)) {
+	if plan, err := e.catalog.Lookup(inst.Request.ServiceID, planID); err == nil && b.Upstream == "" && !plan.Settings().AllowsAccess(driver.Access(b.Access)) {
 		return fmt.Errorf("%w: instance %s is changing to plan %q, which does not allow %s bindings", ErrUnprocessable, inst.ID, plan.Name, b.Access)
 	}
 	return nil
@@ -250,8 +269,38 @@ func (e *Engine) withCredentials(ctx context.Context, rec *Record, res Result, e
 			return BindResult{}, e.storeErr(ctx, err)
 		}
 	}
+	return e.bindResult(rec, res)
+}
+
+// bindResult answers a finished bind from rec: the bucket's credentials,
+// or the upstream's, as the upstream gave them.
+func (e *Engine) bindResult(rec *Record, res Result) (BindResult, error) {
+	if rec.Upstream != "" {
+		raw, err := e.upstreamCredentials(rec)
+		return BindResult{Result: res, RawCredentials: raw}, err
+	}
 	creds, err := e.credentials(rec)
 	return BindResult{Result: res, Credentials: creds}, err
+}
+
+// checkUpstreamBind checks a bind of an upstream's service before it is
+// recorded.
+func checkUpstreamBind(r Request) error {
+	if r.Predecessor != "" {
+		return invalidf("binding rotation is not offered for services of upstream brokers")
+	}
+	return checkFreeForm(r)
+}
+
+// upstreamCredentials opens an upstream binding's stored credentials: the
+// JSON object the upstream answered, never logged.
+func (e *Engine) upstreamCredentials(rec *Record) (json.RawMessage, error) {
+	raw, err := e.box.Open(rec.SealedSecret, sealContext(rec))
+	if err != nil || len(raw) == 0 {
+		e.log.Error("Cannot open stored credentials; is --encryption-key-file the key they were sealed with?", "binding", rec.ID, "error", err)
+		return nil, fmt.Errorf("%w: stored credentials of binding %s cannot be decrypted", ErrFailed, rec.ID)
+	}
+	return json.RawMessage(raw), nil
 }
 
 // credentials opens the binding's stored credentials.
@@ -309,11 +358,11 @@ func (e *Engine) GetBinding(ctx context.Context, instanceID, bindingID string) (
 	} else if err != nil {
 		return nil, e.storeErr(ctx, err)
 	}
-	creds, err := e.credentials(rec)
+	res, err := e.bindResult(rec, Result{})
 	if err != nil {
 		return nil, err
 	}
-	return &BindingView{Credentials: creds, Parameters: rec.Request.Parameters}, nil
+	return &BindingView{Credentials: res.Credentials, RawCredentials: res.RawCredentials, Parameters: rec.Request.Parameters}, nil
 }
 
 // BindingLastOperation answers a poll for a binding operation.

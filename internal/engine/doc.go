@@ -1,6 +1,11 @@
 // Package engine is bucketbroker's core: it turns OSB requests for service
 // instances (buckets) and bindings (bucket-scoped credentials) into durable
-// records and drives each record's operation to completion through a Driver.
+// records and drives each record's operation to completion through a
+// Backend (backend.go): the bucket steps over a Driver (steps.go), or an
+// upstream OSB broker's (Options.Upstreams, internal/upstream), picked per
+// record (Record.Upstream). A Backend gets a Work: the record, retried
+// steps, compare-and-swap saves and the secret box; the contract below is
+// the engine's, whichever backend carries out the steps.
 //
 // The contract it keeps, whatever the order, repetition or concurrency of
 // requests and whatever crashes in between:

@@ -25,7 +25,8 @@ type Endpoint struct {
 	PathStyle bool
 }
 
-// Options configure an Engine. Store, Driver, Catalog and Box are required.
+// Options configure an Engine. Store, Catalog and Box are required, and
+// Driver unless every service of the catalog is an upstream's.
 type Options struct {
 	Store    Store
 	Driver   driver.Driver
@@ -70,6 +71,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the engine's metrics (nil: not registered).
 	Registerer prometheus.Registerer
+	// Upstreams are the upstream brokers whose services the engine
+	// serves besides the bucket service (each service id in Catalog).
+	Upstreams []Upstream
 }
 
 // Engine implements the idempotency contract for instances and bindings. It
@@ -108,6 +112,10 @@ type Engine struct {
 	// unreadable maps the records reportUnreadable has logged to the
 	// version logged (under mu).
 	unreadable map[string]int64
+	// upstreams are Options.Upstreams by name; byService names the
+	// upstream of each of their service ids.
+	upstreams map[string]Upstream
+	byService map[string]string
 }
 
 // worker is the one goroutine driving a record's operations in this process.
@@ -124,7 +132,7 @@ type worker struct {
 
 // New returns an Engine. Call Start before serving requests.
 func New(opts Options) (*Engine, error) {
-	if opts.Store == nil || opts.Driver == nil || opts.Catalog == nil || opts.Box == nil {
+	if opts.Store == nil || opts.Catalog == nil || opts.Box == nil {
 		return nil, errors.New("engine: store, driver, catalog and secret box are required")
 	}
 	if opts.Prefix == "" {
@@ -169,6 +177,17 @@ func New(opts Options) (*Engine, error) {
 	if opts.Workers == 0 {
 		opts.Workers = 32
 	}
+	upstreams, byService, err := indexUpstreams(opts.Upstreams, opts.Catalog)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Driver == nil {
+		for _, s := range opts.Catalog.Services {
+			if _, ok := byService[s.ID]; !ok {
+				return nil, fmt.Errorf("engine: store, driver, catalog and secret box are required (service %q is no upstream's)", s.Name)
+			}
+		}
+	}
 	sl := newSlots(opts.Workers)
 	m, err := newMetrics(opts.Registerer, sl.oldest)
 	if err != nil {
@@ -183,6 +202,7 @@ func New(opts Options) (*Engine, error) {
 		syncTTL: opts.SyncTimeout, syncBudget: opts.SyncBudget, log: opts.Logger, metrics: m,
 		replica: opts.ReplicaID, leaseTTL: opts.LeaseTTL, sweepInt: opts.SweepInterval, callTO: opts.CallTimeout, slots: sl,
 		base: base, stop: stop, calls: calls, cancelCalls: cancelCalls, workers: map[string]*worker{}, changed: map[string]*waiters{},
+		upstreams: upstreams, byService: byService,
 	}, nil
 }
 
@@ -420,21 +440,7 @@ func (e *Engine) run(ctx context.Context, rec *Record) error {
 	e.metrics.inFlight.WithLabelValues(string(rec.Op.Type)).Inc()
 	defer e.metrics.inFlight.WithLabelValues(string(rec.Op.Type)).Dec()
 
-	var err error
-	switch rec.Op.Type {
-	case OpProvision:
-		err = e.provision(ctx, rec)
-	case OpUpdate:
-		err = e.update(ctx, rec)
-	case OpDeprovision:
-		err = e.deprovision(ctx, rec)
-	case OpBind:
-		err = e.bind(ctx, rec)
-	case OpUnbind:
-		err = e.unbind(ctx, rec)
-	default:
-		err = e.finish(ctx, rec, fmt.Errorf("unknown operation type %q", rec.Op.Type))
-	}
+	err := e.runOn(ctx, rec)
 	if err == nil {
 		e.metrics.duration.WithLabelValues(string(rec.Op.Type), string(rec.Op.State)).Observe(time.Since(start).Seconds())
 		lvl := slog.LevelInfo
@@ -445,6 +451,56 @@ func (e *Engine) run(ctx context.Context, rec *Record) error {
 			"type", rec.Op.Type, "state", rec.Op.State, "description", rec.Op.Description, "duration", time.Since(start))
 	}
 	return err
+}
+
+// runOn hands rec's operation to the record's backend.
+func (e *Engine) runOn(ctx context.Context, rec *Record) error {
+	b, err := e.backend(rec)
+	if err != nil {
+		return e.finish(ctx, rec, err)
+	}
+	w := &Work{e: e, Rec: rec}
+	switch rec.Op.Type {
+	case OpProvision:
+		return b.Provision(ctx, w)
+	case OpUpdate:
+		return b.Update(ctx, w)
+	case OpDeprovision:
+		return b.Deprovision(ctx, w)
+	case OpBind:
+		return b.Bind(ctx, w)
+	case OpUnbind:
+		return b.Unbind(ctx, w)
+	default:
+		return e.finish(ctx, rec, fmt.Errorf("unknown operation type %q", rec.Op.Type))
+	}
+}
+
+// indexUpstreams maps the upstreams by name and their services to their
+// names, refusing an unnamed or repeated upstream and a service that is not
+// in the catalog or that two upstreams claim.
+func indexUpstreams(ups []Upstream, cat *catalog.Catalog) (map[string]Upstream, map[string]string, error) {
+	byName, byService := map[string]Upstream{}, map[string]string{}
+	for _, u := range ups {
+		name := u.Name()
+		if name == "" {
+			return nil, nil, errors.New("engine: an upstream has no name")
+		}
+		if _, dup := byName[name]; dup {
+			return nil, nil, fmt.Errorf("engine: two upstreams are named %q", name)
+		}
+		byName[name] = u
+		for _, id := range u.ServiceIDs() {
+			if other, dup := byService[id]; dup {
+				return nil, nil, fmt.Errorf("engine: upstreams %q and %q both serve service %q", other, name, id)
+			}
+			if !cat.HasService(id) {
+				return nil, nil, fmt.Errorf("engine: service %q of upstream %q is not in the catalog", id, name)
+			}
+			byService[id] = name
+		}
+	}
+	return byName, byService, nil
 }
 
 // claim makes this engine the holder of rec's lease, unless another

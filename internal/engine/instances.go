@@ -36,6 +36,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 		return Result{}, err
 	}
 	how := e.answering(req.AcceptsIncomplete, plan)
+	up := e.upstreamOf(req.ServiceID)
 	r := Request{ServiceID: req.ServiceID, PlanID: req.PlanID, Parameters: params,
 		OrganizationGUID: req.OrganizationGUID, SpaceGUID: req.SpaceGUID, Context: req.Context,
 		Maintenance: plan.Maintenance().Version}
@@ -50,17 +51,32 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 			if err := checkFreeForm(r); err != nil {
 				return err
 			}
+			if up != "" {
+				return nil // the upstream's parameters are opaque
+			}
 			return checkLabels(params)
 		},
 		fresh: func() (*Record, error) {
 			fresh := e.newInstance(req.InstanceID, r, fp, e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
+			if fresh.Upstream = up; up != "" {
+				fresh.Bucket, fresh.Owner = "", ""
+				return fresh, nil
+			}
 			fresh.BucketAttempted = e.bucketFree(ctx, fresh, how)
 			return fresh, nil
 		},
 		again: func(rec *Record) error {
 			if rec.Phase == PhaseDeleted {
-				rec.BucketAttempted = e.bucketFree(ctx, rec, how)
+				// A deleted id may come back for another service: the
+				// names are those of the service asked for now.
+				rec.Upstream, rec.UpstreamAttempted, rec.DashboardURL = up, false, ""
+				rec.Bucket, rec.Owner = "", ""
+				if up == "" {
+					rec.Bucket, rec.Owner = driver.BucketName(e.prefix, string(KindInstance), rec.ID), driver.OwnerMark(string(KindInstance), rec.ID)
+					rec.BucketAttempted = e.bucketFree(ctx, rec, how)
+				}
 			}
+			rec.UpstreamOp = UpstreamOp{}
 			rec.Request, rec.Fingerprint, rec.Phase = r, fp, PhaseProvisioning
 			rec.startOp(e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
 			return nil
@@ -78,7 +94,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 	case PhaseProvisioning:
 		return e.inFlight(ctx, rec, req.AcceptsIncomplete)
 	case PhaseReady, PhaseUpdating:
-		return Result{Outcome: OutcomeOK}, nil
+		return Result{Outcome: OutcomeOK, DashboardURL: rec.DashboardURL}, nil
 	default: // deprovisioning, or failed by a later operation
 		return Result{}, fmt.Errorf("%w: instance %s is being deprovisioned, or its deprovision failed", ErrConcurrency, req.InstanceID)
 	}
@@ -247,7 +263,7 @@ func (e *Engine) outcome(end *Record, opID string, done Outcome) (Result, *Recor
 	if end.Op.State == OpFailed {
 		return Result{}, nil, fmt.Errorf("%w: %s", ErrFailed, end.Op.Description)
 	}
-	return Result{Outcome: done}, end, nil
+	return Result{Outcome: done, DashboardURL: end.DashboardURL}, end, nil
 }
 
 // Update changes an instance's plan or parameters.
@@ -368,6 +384,9 @@ func (e *Engine) updateTarget(ctx context.Context, rec *Record, req UpdateReques
 	if err := checkFreeForm(t); err != nil {
 		return Request{}, nil, err
 	}
+	if rec.Upstream != "" {
+		return t, plan, nil // the upstream's parameters are opaque
+	}
 	if err := checkLabels(merged); err != nil {
 		return Request{}, nil, err
 	}
@@ -382,7 +401,7 @@ func (e *Engine) bindingsForbid(ctx context.Context, instanceID string, plan *ca
 		return e.storeErr(ctx, err)
 	}
 	for _, b := range bindings {
-		if b.Phase != PhaseDeleted && !plan.Settings().AllowsAccess(driver.Access(b.Access)) {
+		if b.Phase != PhaseDeleted && b.Upstream == "" && !plan.Settings().AllowsAccess(driver.Access(b.Access)) {
 			return fmt.Errorf("%w: binding %s has %s access, which plan %q does not allow; unbind it first",
 				ErrUnprocessable, b.ID, b.Access, plan.Name)
 		}
@@ -452,7 +471,8 @@ func (e *Engine) GetInstance(ctx context.Context, id string) (*InstanceView, err
 		return nil, fmt.Errorf("%w: instance %s is %s", ErrMissing, id, rec.Phase)
 	}
 	v := &InstanceView{ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID,
-		Parameters: rec.Request.Parameters, Bucket: rec.Bucket, MaintenanceVersion: rec.Request.Maintenance}
+		Parameters: rec.Request.Parameters, Bucket: rec.Bucket, MaintenanceVersion: rec.Request.Maintenance,
+		DashboardURL: rec.DashboardURL}
 	if plan, err := e.catalog.Lookup(rec.Request.ServiceID, rec.Request.PlanID); err == nil && plan.Maintenance().Version == v.MaintenanceVersion {
 		v.MaintenanceDescription = plan.Maintenance().Description
 	}

@@ -146,6 +146,23 @@ type Record struct {
 	// sealer (AES-GCM). The plain secret is never stored.
 	SealedSecret []byte `json:"sealedSecret,omitempty"`
 
+	// Upstream names the upstream broker that carries out the record's
+	// operations (Options.Upstreams); empty for the bucket service. The
+	// fields that follow are its backend's; the bucket fields above stay
+	// empty. An upstream binding's credentials, the upstream's opaque
+	// JSON object, are sealed in SealedSecret.
+	Upstream string `json:"upstream,omitempty"`
+	// UpstreamAttempted is set, durably, before the first request that
+	// creates the instance or binding upstream (under this record's id): a
+	// duplicate answer (409, "name taken") then means "ours, look and
+	// adopt". A deprovision or unbind that deleted it clears it.
+	UpstreamAttempted bool `json:"upstreamAttempted,omitempty"`
+	// UpstreamOp is the upstream's operation that the record's operation
+	// waits for, recorded before it is polled (zero: none).
+	UpstreamOp UpstreamOp `json:"upstreamOp,omitzero"`
+	// DashboardURL is the dashboard_url of an upstream instance.
+	DashboardURL string `json:"dashboardUrl,omitempty"`
+
 	// History holds the operations before Op, newest first, so that a late
 	// poll for an earlier operation still gets its answer.
 	History []Operation `json:"history,omitempty"`
@@ -160,6 +177,14 @@ type Record struct {
 	Version   int64     `json:"version"`
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// UpstreamOp is an upstream's asynchronous operation: its answer 202 to a
+// request of the record's operation OpID, and the operation string it
+// carried (empty when it carried none), which every poll sends back.
+type UpstreamOp struct {
+	OpID      string `json:"opId"`
+	Operation string `json:"operation,omitempty"`
 }
 
 // Clone returns a deep copy, so that callers can change it freely.

@@ -22,8 +22,22 @@ type bindBody struct {
 }
 
 type bindingBody struct {
-	Credentials *engine.Credentials `json:"credentials,omitempty"`
-	Parameters  json.RawMessage     `json:"parameters,omitempty"`
+	// Credentials is a *engine.Credentials, or an upstream binding's
+	// credentials (json.RawMessage), answered verbatim.
+	Credentials any             `json:"credentials,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+}
+
+// credentialsOf is the credentials a bind or GET answers: an upstream's as
+// it gave them, else the bucket's (nil when there are none).
+func credentialsOf(c *engine.Credentials, raw json.RawMessage) any {
+	if raw != nil {
+		return raw
+	}
+	if c == nil {
+		return nil
+	}
+	return c
 }
 
 func decodeBind(r *http.Request) (engine.BindRequest, error) {
@@ -129,7 +143,8 @@ func (h *Handler) bind(w http.ResponseWriter, r *http.Request) {
 		// platform fetches them with GET once the operation succeeded.
 		h.respond(w, r, http.StatusAccepted, operationBody{Operation: res.Operation})
 	case engine.OutcomeCreated, engine.OutcomeOK:
-		if res.Credentials == nil {
+		creds := credentialsOf(res.Credentials, res.RawCredentials)
+		if creds == nil {
 			h.fail(w, r, errors.New("engine returned a finished binding without credentials"))
 			return
 		}
@@ -137,7 +152,7 @@ func (h *Handler) bind(w http.ResponseWriter, r *http.Request) {
 		if res.Outcome == engine.OutcomeCreated {
 			status = http.StatusCreated
 		}
-		h.respond(w, r, status, bindingBody{Credentials: res.Credentials})
+		h.respond(w, r, status, bindingBody{Credentials: creds})
 	default:
 		h.fail(w, r, fmt.Errorf("engine returned unknown outcome %d", res.Outcome))
 	}
@@ -158,7 +173,7 @@ func (h *Handler) getBinding(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, errors.New("engine returned neither a binding nor an error"))
 		return
 	}
-	h.respond(w, r, http.StatusOK, bindingBody{Credentials: v.Credentials, Parameters: v.Parameters})
+	h.respond(w, r, http.StatusOK, bindingBody{Credentials: credentialsOf(v.Credentials, v.RawCredentials), Parameters: v.Parameters})
 }
 
 func (h *Handler) bindingLastOperation(w http.ResponseWriter, r *http.Request) {

@@ -63,8 +63,15 @@ type operationBody struct {
 type instanceBody struct {
 	ServiceID       string           `json:"service_id"`
 	PlanID          string           `json:"plan_id"`
+	DashboardURL    string           `json:"dashboard_url,omitempty"`
 	Parameters      json.RawMessage  `json:"parameters,omitempty"`
 	MaintenanceInfo *maintenanceInfo `json:"maintenance_info,omitempty"`
+}
+
+// dashboardBody answers a provision of an upstream instance that has a
+// dashboard.
+type dashboardBody struct {
+	DashboardURL string `json:"dashboard_url"`
 }
 
 type lastOperationBody struct {
@@ -212,7 +219,7 @@ func (h *Handler) getInstance(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, errors.New("engine returned neither an instance nor an error"))
 		return
 	}
-	body := instanceBody{ServiceID: v.ServiceID, PlanID: v.PlanID, Parameters: v.Parameters}
+	body := instanceBody{ServiceID: v.ServiceID, PlanID: v.PlanID, Parameters: v.Parameters, DashboardURL: v.DashboardURL}
 	if v.MaintenanceVersion != "" {
 		body.MaintenanceInfo = &maintenanceInfo{Version: v.MaintenanceVersion, Description: v.MaintenanceDescription}
 	}
@@ -263,6 +270,15 @@ func changing[R any](h *Handler, decode func(*http.Request) (R, error), call fun
 }
 
 func (h *Handler) respondResult(w http.ResponseWriter, r *http.Request, res engine.Result, created int) {
+	switch {
+	case res.DashboardURL != "" && (res.Outcome == engine.OutcomeCreated || res.Outcome == engine.OutcomeOK):
+		status := http.StatusOK
+		if res.Outcome == engine.OutcomeCreated {
+			status = created
+		}
+		h.respond(w, r, status, dashboardBody{DashboardURL: res.DashboardURL})
+		return
+	}
 	switch res.Outcome {
 	case engine.OutcomeCreated:
 		h.respond(w, r, created, emptyBody{})

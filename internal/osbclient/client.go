@@ -43,6 +43,10 @@ type Config struct {
 	// Transport, when set, replaces the client's own (TLS is then
 	// ignored): for tests and for callers that share one.
 	Transport http.RoundTripper
+	// Wrap, when set, wraps the transport (the client's own or
+	// Transport): for metrics. It sees requests with their credentials;
+	// it must not log them.
+	Wrap func(http.RoundTripper) http.RoundTripper
 }
 
 // TLSOptions configures the connection to an https upstream.
@@ -96,6 +100,9 @@ func New(cfg Config) (*Client, error) {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.TLSClientConfig = tc
 		rt = t
+	}
+	if cfg.Wrap != nil {
+		rt = cfg.Wrap(rt)
 	}
 	// No redirects: a broker that redirects a PUT elsewhere is
 	// misconfigured, and following it would send the credentials along.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -121,4 +122,15 @@ func (ib *IllBroker) Stop() {
 		<-ib.exited
 	}
 	ib.cmd = nil
+}
+
+// Front makes the broker serve the services of the OSB broker at url as
+// upstream name (--upstream, credentials in its environment), polling its
+// operations every 50 ms; bucket says whether it serves the bucket service
+// too.
+func (b *Broker) Front(name, url, user, pass string, bucket bool) {
+	b.Args = append(b.Args, "--upstream", name+"="+url, "--upstream-poll-interval", "50ms",
+		fmt.Sprintf("--bucket-service=%t", bucket))
+	prefix := "BUCKETBROKER_UPSTREAM_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + "_"
+	b.Env = append(b.Env, prefix+"USERNAME="+user, prefix+"PASSWORD="+pass)
 }

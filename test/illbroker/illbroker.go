@@ -268,16 +268,17 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request, body []byte) 
 	in.Exists = true
 	in.PlanID, in.Parameters, in.Context = req.PlanID, req.Parameters, req.Context
 	in.Identity = r.Header.Get("X-Broker-API-Originating-Identity")
+	dashboard := "https://dashboard.example/si-" + id
 	if !async {
 		in.State = "ready"
 		delete(s.ops, id)
-		writeJSON(w, http.StatusCreated, map[string]any{})
+		writeJSON(w, http.StatusCreated, map[string]any{"dashboard_url": dashboard})
 		return
 	}
 	in.State = "provisioning"
 	op := s.start(id, "provision")
 	op.fails = s.cfg.FailedOpRate > 0 && s.rng.Float64() < s.cfg.FailedOpRate
-	writeJSON(w, http.StatusAccepted, map[string]any{"operation": op.id})
+	writeJSON(w, http.StatusAccepted, map[string]any{"operation": op.id, "dashboard_url": dashboard})
 }
 
 func (s *Server) start(id, kind string) *operation {

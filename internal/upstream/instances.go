@@ -1,0 +1,391 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
+	"github.com/bucketbroker/bucketbroker/internal/engine"
+	"github.com/bucketbroker/bucketbroker/internal/osbclient"
+)
+
+// pollEnd is how an upstream operation a poll waited for ended.
+type pollEnd int
+
+const (
+	endSucceeded pollEnd = iota + 1
+	endFailed
+	// endGone: the upstream no longer knows the resource (410, or 404).
+	endGone
+)
+
+// created is what a create step found out.
+type created struct {
+	// async: the upstream answered 202; op is its operation string.
+	async bool
+	op    string
+	// adopted: the resource exists already (a duplicate answer, then a
+	// look), in the upstream's last_operation state.
+	adopted bool
+	state   string
+	// dashboard is an instance's dashboard_url.
+	dashboard string
+}
+
+// Provision creates the instance upstream under the record's id (see the
+// package doc for the duplicate answers), then polls an asynchronous
+// creation to its end.
+func (u *Upstream) Provision(ctx context.Context, w *engine.Work) error {
+	rec := w.Rec
+	if rec.UpstreamOp.OpID == rec.Op.ID {
+		return u.provisionPolled(ctx, w)
+	}
+	sent := rec.UpstreamAttempted
+	if !sent {
+		rec.UpstreamAttempted = true
+		if err := w.Save(ctx); err != nil {
+			return err
+		}
+	}
+	for {
+		c, err := u.createInstance(ctx, w, &sent)
+		if err != nil {
+			return u.createGaveUp(ctx, w, err)
+		}
+		crashpoint.Hit(crashpoint.ProvisionUpstreamAnswered)
+		if c.dashboard != "" {
+			rec.DashboardURL = c.dashboard
+		}
+		switch {
+		case c.adopted && c.state == osbclient.StateFailed:
+			// An earlier attempt's instance, whose creation failed
+			// upstream: delete it, then create it again.
+			w.Logger().Info("Upstream instance of an earlier attempt failed; deleting it to create it again",
+				"upstream", u.cfg.Name, "id", rec.ID)
+			if err := u.deleteInstance(ctx, w); err != nil {
+				return w.Fail(ctx, err)
+			}
+			continue
+		case c.adopted && c.state == osbclient.StateInProgress, c.async:
+			rec.UpstreamOp = engine.UpstreamOp{OpID: rec.Op.ID, Operation: c.op}
+			if err := w.Save(ctx); err != nil {
+				return err
+			}
+			if c.adopted {
+				w.Logger().Info("Adopted an upstream instance being created", "upstream", u.cfg.Name, "id", rec.ID)
+			}
+			return u.provisionPolled(ctx, w)
+		}
+		if c.adopted {
+			w.Logger().Info("Adopted the upstream instance of an earlier attempt", "upstream", u.cfg.Name, "id", rec.ID)
+		}
+		return w.Finish(ctx, nil)
+	}
+}
+
+// provisionPolled polls the upstream's creation to its end. A creation
+// the upstream no longer knows (deleted meanwhile) is made again.
+func (u *Upstream) provisionPolled(ctx context.Context, w *engine.Work) error {
+	end, desc, err := u.pollInstance(ctx, w)
+	if err != nil {
+		return w.Fail(ctx, err)
+	}
+	w.Rec.UpstreamOp = engine.UpstreamOp{}
+	switch end {
+	case endSucceeded:
+		return w.Finish(ctx, nil)
+	case endGone:
+		if err := w.Save(ctx); err != nil {
+			return err
+		}
+		return u.Provision(ctx, w)
+	}
+	// The instance may exist upstream: a deprovision deletes it, and a
+	// provision sent again deletes it and creates it anew.
+	return w.Finish(ctx, fmt.Errorf("the upstream's creation failed: %s", desc))
+}
+
+// createInstance sends the provision until it gets a definite answer;
+// after an answer that may hide an existing instance it looks.
+func (u *Upstream) createInstance(ctx context.Context, w *engine.Work, sent *bool) (created, error) {
+	rec := w.Rec
+	req := osbclient.ProvisionRequest{
+		Call:      osbclient.Call{AcceptsIncomplete: true, Identity: w.Identity()},
+		ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID,
+		OrganizationGUID: rec.Request.OrganizationGUID, SpaceGUID: rec.Request.SpaceGUID,
+		Context: rec.Request.Context, Parameters: rec.Request.Parameters,
+		MaintenanceInfo: maintenanceInfo(rec.Request.Maintenance),
+	}
+	var c created
+	err := w.Step(ctx, "provision upstream", func(ctx context.Context) error {
+		resp, err := u.client.Provision(ctx, rec.ID, req)
+		prior := *sent
+		*sent = true
+		if err == nil {
+			c = created{async: resp.Async(), op: resp.Operation, dashboard: resp.DashboardURL}
+			return nil
+		}
+		if osbclient.IsStatus(err, http.StatusConflict) && !prior {
+			return fmt.Errorf("the upstream has an instance %s that bucketbroker did not create: %w: %w", rec.ID, engine.ErrNotOurs, err)
+		}
+		if refused(err) {
+			return classify(err)
+		}
+		state, found, lerr := u.lookInstance(ctx, rec)
+		if lerr != nil {
+			return fmt.Errorf("%w (and a look at the instance failed: %w)", err, lerr)
+		}
+		if !found {
+			return err // not there: send it again
+		}
+		c = created{adopted: true, state: state}
+		return nil
+	})
+	return c, err
+}
+
+// createGaveUp ends a provision whose create step failed. One that ran out
+// of time without a definite answer may have made the instance: it is
+// deleted upstream (orphan mitigation, as the spec asks of a platform).
+func (u *Upstream) createGaveUp(ctx context.Context, w *engine.Work, err error) error {
+	if errors.Is(err, engine.ErrNotOurs) {
+		// Nothing upstream is ours: a deprovision must not delete it.
+		w.Rec.UpstreamAttempted = false
+		return w.Fail(ctx, err)
+	}
+	if w.Interrupted(ctx, err) || errors.Is(err, engine.ErrRefused) {
+		return w.Fail(ctx, err)
+	}
+	rec := w.Rec
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	_, derr := u.client.Deprovision(mctx, rec.ID, osbclient.DeleteRequest{
+		Call: osbclient.Call{AcceptsIncomplete: true}, ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID})
+	if derr != nil && !notFound(derr) {
+		w.Logger().Warn("Orphan mitigation: cannot delete what may exist upstream; a deprovision deletes it",
+			"upstream", u.cfg.Name, "id", rec.ID, "error", derr)
+	} else {
+		w.Logger().Info("Orphan mitigation: deleted what may exist upstream of a provision that gave up",
+			"upstream", u.cfg.Name, "id", rec.ID)
+	}
+	return w.Fail(ctx, err)
+}
+
+// lookInstance asks the upstream whether the instance exists: its
+// last_operation (without an operation, so the latest), then, where that
+// says nothing and the service is instances_retrievable, a GET. found is
+// false when the upstream does not know the id.
+func (u *Upstream) lookInstance(ctx context.Context, rec *engine.Record) (state string, found bool, err error) {
+	poll := osbclient.PollRequest{ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID}
+	retrievable := u.service(rec.Request.ServiceID).InstancesRetrievable
+	lo, err := u.client.InstanceLastOperation(ctx, rec.ID, poll)
+	if err == nil && (lo.State != osbclient.StateSucceeded || !retrievable) {
+		return lo.State, true, nil
+	}
+	if err == nil {
+		// Succeeded may be a deprovision's: GET tells.
+		err = &osbclient.Error{Status: http.StatusNotFound}
+	}
+	if !osbclient.Answered(err) || (!refused(err) && !notFound(err)) {
+		return "", false, err
+	}
+	if !retrievable {
+		if notFound(err) {
+			return "", false, nil
+		}
+		return "", false, err
+	}
+	if _, err := u.client.GetInstance(ctx, rec.ID, poll); err != nil {
+		if notFound(err) {
+			return "", false, nil
+		}
+		return "", false, err
+	}
+	return osbclient.StateSucceeded, true, nil
+}
+
+// pollInstance polls the upstream operation the record holds until it
+// ends, relaying the upstream's description meanwhile.
+func (u *Upstream) pollInstance(ctx context.Context, w *engine.Work) (pollEnd, string, error) {
+	rec := w.Rec
+	what := string(rec.Op.Type) + " upstream"
+	for {
+		var lo *osbclient.LastOperation
+		gone := false
+		err := w.Step(ctx, "poll "+what, func(ctx context.Context) error {
+			var err error
+			lo, err = u.client.InstanceLastOperation(ctx, rec.ID, osbclient.PollRequest{
+				ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID, Operation: rec.UpstreamOp.Operation})
+			if gone = osbclient.IsStatus(err, http.StatusGone); gone {
+				return nil
+			}
+			return classify(err)
+		})
+		if err != nil {
+			return 0, "", err
+		}
+		if end, desc, done := ended(lo, gone); done {
+			return end, desc, nil
+		}
+		desc := what + " in progress"
+		if lo.Description != "" {
+			desc += ": " + lo.Description
+		}
+		if err := w.Progress(ctx, desc); err != nil {
+			return 0, "", err
+		}
+		if err := w.Wait(ctx, u.cfg.PollInterval, what); err != nil {
+			return 0, "", err
+		}
+	}
+}
+
+// ended says whether a poll's answer ends the operation, and how.
+func ended(lo *osbclient.LastOperation, gone bool) (pollEnd, string, bool) {
+	switch {
+	case gone:
+		return endGone, "", true
+	case lo.State == osbclient.StateSucceeded:
+		return endSucceeded, lo.Description, true
+	case lo.State == osbclient.StateFailed:
+		desc := lo.Description
+		if desc == "" {
+			desc = "(no description)"
+		}
+		return endFailed, desc, true
+	}
+	return 0, "", false
+}
+
+// Update changes the instance's plan or parameters upstream.
+func (u *Upstream) Update(ctx context.Context, w *engine.Work) error {
+	rec := w.Rec
+	t := rec.Op.Target
+	if t == nil {
+		return w.Finish(ctx, errors.New("update without a target"))
+	}
+	if rec.UpstreamOp.OpID != rec.Op.ID {
+		req := osbclient.UpdateRequest{
+			Call:      osbclient.Call{AcceptsIncomplete: true, Identity: w.Identity()},
+			ServiceID: rec.Request.ServiceID, Context: t.Context, Parameters: t.Parameters,
+			MaintenanceInfo: maintenanceInfo(t.Maintenance),
+		}
+		if t.PlanID != rec.Request.PlanID {
+			req.PlanID = t.PlanID
+		}
+		prev, err := json.Marshal(map[string]string{"service_id": rec.Request.ServiceID, "plan_id": rec.Request.PlanID})
+		if err != nil {
+			return w.Finish(ctx, err)
+		}
+		req.PreviousValues = prev
+		var resp *osbclient.InstanceResponse
+		err = w.Step(ctx, "update upstream", func(ctx context.Context) (err error) {
+			resp, err = u.client.Update(ctx, rec.ID, req)
+			return classify(err)
+		})
+		if err != nil {
+			return w.Fail(ctx, err)
+		}
+		if resp.DashboardURL != "" {
+			rec.DashboardURL = resp.DashboardURL
+		}
+		if !resp.Async() {
+			return w.Finish(ctx, nil)
+		}
+		rec.UpstreamOp = engine.UpstreamOp{OpID: rec.Op.ID, Operation: resp.Operation}
+		if err := w.Save(ctx); err != nil {
+			return err
+		}
+	}
+	end, desc, err := u.pollInstance(ctx, w)
+	if err != nil {
+		return w.Fail(ctx, err)
+	}
+	rec.UpstreamOp = engine.UpstreamOp{}
+	switch end {
+	case endSucceeded:
+		return w.Finish(ctx, nil)
+	case endGone:
+		return w.Finish(ctx, errors.New("the upstream no longer knows the instance"))
+	}
+	return w.Finish(ctx, fmt.Errorf("the upstream's update failed: %s", desc))
+}
+
+// Deprovision unbinds every binding of the instance (each through its own
+// worker, so upstream first), then deletes the instance upstream.
+func (u *Upstream) Deprovision(ctx context.Context, w *engine.Work) error {
+	if err := w.RevokeBindings(ctx); err != nil {
+		return w.Fail(ctx, err)
+	}
+	if !w.Rec.UpstreamAttempted {
+		return w.Finish(ctx, nil) // nothing was ever sent upstream
+	}
+	if err := u.deleteInstance(ctx, w); err != nil {
+		return w.Fail(ctx, err)
+	}
+	return w.Finish(ctx, nil)
+}
+
+// deleteInstance deletes the instance upstream and waits for the deletion
+// to end (410 is success), then records that nothing of ours is left.
+func (u *Upstream) deleteInstance(ctx context.Context, w *engine.Work) error {
+	rec := w.Rec
+	if rec.UpstreamOp.OpID != rec.Op.ID || rec.Op.Type == engine.OpProvision {
+		var resp *osbclient.DeleteResponse
+		gone := false
+		err := w.Step(ctx, "deprovision upstream", func(ctx context.Context) (err error) {
+			resp, err = u.client.Deprovision(ctx, rec.ID, osbclient.DeleteRequest{
+				Call:      osbclient.Call{AcceptsIncomplete: true, Identity: w.Identity()},
+				ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID})
+			if gone = osbclient.IsStatus(err, http.StatusGone); gone {
+				return nil
+			}
+			return classify(err)
+		})
+		if err != nil {
+			return err
+		}
+		if gone || !resp.Async() {
+			return u.deleted(ctx, w)
+		}
+		rec.UpstreamOp = engine.UpstreamOp{OpID: rec.Op.ID, Operation: resp.Operation}
+		// A provision that deletes a failed instance to create it again
+		// keeps the deletion's operation to itself: after a crash, its
+		// create meets the deletion (or nothing) and looks again.
+		if rec.Op.Type != engine.OpProvision {
+			if err := w.Save(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	end, desc, err := u.pollInstance(ctx, w)
+	if err != nil {
+		return err
+	}
+	if end == endFailed {
+		rec.UpstreamOp = engine.UpstreamOp{}
+		return fmt.Errorf("%w: the upstream's deprovision failed: %s", engine.ErrRefused, desc)
+	}
+	return u.deleted(ctx, w)
+}
+
+// deleted records that the upstream has deleted the instance.
+func (u *Upstream) deleted(ctx context.Context, w *engine.Work) error {
+	crashpoint.Hit(crashpoint.DeprovisionUpstreamDeleted)
+	w.Rec.UpstreamOp = engine.UpstreamOp{}
+	w.Rec.UpstreamAttempted = w.Rec.Op.Type == engine.OpProvision // a provision creates it again next
+	return w.Save(ctx)
+}
+
+// maintenanceInfo is the maintenance_info object of a version ("": none).
+func maintenanceInfo(version string) json.RawMessage {
+	if version == "" {
+		return nil
+	}
+	b, _ := json.Marshal(map[string]string{"version": version})
+	return b
+}
