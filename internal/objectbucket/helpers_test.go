@@ -294,7 +294,7 @@ func startController(t testing.TB, o runOptions) *controllerRun {
 func (c *controllerRun) stop() {
 	c.once.Do(func() {
 		c.cancel()
-		<-c.done
+		_ = <-c.done // the tests judge what the cluster ends up with, not how the manager stopped
 	})
 }
 

@@ -294,7 +294,11 @@ func TestStartListenerReportsServerErrors(t *testing.T) {
 					}
 			})
 			if c != nil {
-				defer c.shutdown()
+				defer func() {
+					if err := c.shutdown(); err != nil {
+						t.Errorf("shutdown: %v", err)
+					}
+				}()
 			}
 			switch {
 			case tc.wantErr == "" && err != nil:

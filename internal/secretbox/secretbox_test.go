@@ -52,7 +52,9 @@ func TestKeyFile(t *testing.T) {
 	if err != nil || created || !bytes.Equal(k1, k2) {
 		t.Errorf("reload: created=%v err=%v same=%v", created, err, bytes.Equal(k1, k2))
 	}
-	os.WriteFile(path, []byte("not base64!"), 0o600)
+	if err := os.WriteFile(path, []byte("not base64!"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := LoadOrCreateKeyFile(path); err == nil {
 		t.Error("a corrupt key file must be an error, not replaced")
 	}
