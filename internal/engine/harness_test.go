@@ -310,7 +310,7 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 		cat = o.catalog
 	}
 	reg := prometheus.NewRegistry()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
