@@ -19,7 +19,7 @@ func TestSealOpen(t *testing.T) {
 	s1, _ := b.Seal([]byte("top-secret"), "binding/a")
 	s2, _ := b.Seal([]byte("top-secret"), "binding/a")
 	if bytes.Equal(s1, s2) || bytes.Contains(s1, []byte("top-secret")) {
-		t.Error("sealing must be randomised and must not contain the plaintext")
+		t.Error("sealing must be randomized and must not contain the plaintext")
 	}
 	p, err := b.Open(s1, "binding/a")
 	if err != nil || string(p) != "top-secret" {
