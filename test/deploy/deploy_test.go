@@ -146,8 +146,8 @@ func apply(ctx context.Context, t *testing.T, objs []*unstructured.Unstructured)
 			if rank(o) != pass {
 				continue
 			}
-			obj := o.DeepCopy()
-			if err := admin.Patch(ctx, obj, client.Apply, client.FieldOwner("helm"), client.ForceOwnership); err != nil {
+			ac := client.ApplyConfigurationFromUnstructured(o.DeepCopy())
+			if err := admin.Apply(ctx, ac, client.FieldOwner("helm"), client.ForceOwnership); err != nil {
 				t.Fatalf("server-side apply of %s %s/%s rejected: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
 			}
 			if pass == 0 {
