@@ -232,13 +232,14 @@ func (b *Broker) Stop() {
 		return
 	}
 	_ = b.cmd.Process.Signal(syscall.SIGTERM)
-	// The exit status of a stopped process is not judged here: tests check
-	// what it left behind.
+	// The exit status of a stopped process is not judged here (tests check
+	// what it left behind); its log shows it.
 	select {
-	case _ = <-b.exited:
+	case err := <-b.exited:
+		noteExit(b.log, err)
 	case <-time.After(20 * time.Second):
 		_ = b.cmd.Process.Kill()
-		_ = <-b.exited
+		noteExit(b.log, <-b.exited)
 	}
 	b.cmd = nil
 }
@@ -252,7 +253,7 @@ func (b *Broker) Kill() {
 	}
 	fmt.Fprintf(b.log, "=== kill -9 %s\n", time.Now().Format(time.StampMilli))
 	_ = b.cmd.Process.Kill()
-	_ = <-b.exited // "signal: killed"
+	noteExit(b.log, <-b.exited)
 	b.cmd = nil
 }
 

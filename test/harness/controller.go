@@ -175,13 +175,14 @@ func (c *Controller) Stop() {
 		return
 	}
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	// The exit status of a stopped process is not judged here: tests check
-	// what it left behind.
+	// The exit status of a stopped process is not judged here (tests check
+	// what it left behind); its log shows it.
 	select {
-	case _ = <-c.exited:
+	case err := <-c.exited:
+		noteExit(c.log, err)
 	case <-time.After(20 * time.Second):
 		_ = c.cmd.Process.Kill()
-		_ = <-c.exited
+		noteExit(c.log, <-c.exited)
 	}
 	c.cmd = nil
 }

@@ -110,3 +110,9 @@ func exitErr(err error) error {
 	}
 	return err
 }
+
+// noteExit writes how a process the harness stopped or killed ended to its
+// log, after the harness's own "=== start" and "=== kill -9" lines.
+func noteExit(log *LockedBuffer, err error) {
+	fmt.Fprintf(log, "=== exited: %v\n", exitErr(err))
+}
