@@ -60,7 +60,7 @@ generate: ## Regenerate deepcopy code and CRD YAML from api/ (controller-gen, ca
 	hack/generate.sh
 
 .PHONY: lint
-lint: ## gofmt and go vet clean, a doc.go in every package, generated files up to date, config/ rendered from the chart, helm lint
+lint: ## gofmt and go vet clean, a doc.go in every package, generated files up to date, config/ rendered from the chart, helm lint, golangci-lint (.golangci.yml)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
@@ -69,6 +69,7 @@ lint: ## gofmt and go vet clean, a doc.go in every package, generated files up t
 	hack/generate.sh --check
 	hack/chart-config.sh --check
 	$$(hack/helm.sh | tail -n 1) lint --strict charts/bucketbroker
+	$$(hack/golangci-lint.sh | tail -n 1) run ./...
 
 .PHONY: fuzz
 fuzz: ## Fuzz the OSB request decoding, then a request's way into the store and back after a restart, each for FUZZTIME (default 30s)

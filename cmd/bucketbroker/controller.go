@@ -136,7 +136,7 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := be.Stop(sctx); err != nil {
-			log.Error("Stopping the embedded S3 server failed", "err", err)
+			log.Error("Stopping the embedded S3 server failed", "error", err)
 		}
 	}()
 	host, port, err := hostPort(be.PublicS3Endpoint)
@@ -181,7 +181,7 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		return fmt.Errorf("register build info metric: %w", err)
 	}
 	log.Info("Starting the ObjectBucketClaim controller", "provisioner", o.provisionerName,
-		"s3Endpoint", be.S3Endpoint, "bucketHost", host, "bucketPort", port, "leaderElection", o.leaderElect)
+		"s3_endpoint", be.S3Endpoint, "bucket_host", host, "bucket_port", port, "leader_election", o.leaderElect)
 	return mgr.Start(ctx)
 }
 

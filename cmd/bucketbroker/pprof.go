@@ -80,7 +80,7 @@ func startPprof(flag string, logger *slog.Logger) (*pprofServer, error) {
 	go func() {
 		defer close(p.done)
 		if err := p.server.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("pprof server stopped", "err", err)
+			logger.Error("pprof server stopped", "error", err)
 		}
 	}()
 	logger.Info("Serving pprof", "address", "http://"+l.Addr().String()+"/debug/pprof/")
@@ -105,7 +105,7 @@ func stopPprof(p *pprofServer, logger *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := p.Stop(ctx); err != nil {
-		logger.Warn("Stopping the pprof server failed", "err", err)
+		logger.Warn("Stopping the pprof server failed", "error", err)
 	}
 }
 
@@ -113,6 +113,6 @@ func stopPprof(p *pprofServer, logger *slog.Logger) {
 type httpErrorLog struct{ log *slog.Logger }
 
 func (l httpErrorLog) Write(p []byte) (int, error) {
-	l.log.Warn("pprof server error", "err", string(p))
+	l.log.Warn("pprof server error", "error", string(p))
 	return len(p), nil
 }

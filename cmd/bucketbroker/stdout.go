@@ -18,7 +18,7 @@ import (
 // them. Left there, they are the only lines of a process that does not log
 // through log: not JSON, no level, no time. The swap works on the
 // descriptor, as withStdoutOnStderr does, so that versitygw's goroutines
-// need no synchronisation with it; it lasts as long as the process,
+// need no synchronization with it; it lasts as long as the process,
 // because versitygw prints again when it reconnects to its IAM API.
 func stdoutThroughLogger(log *slog.Logger) (*os.File, error) {
 	saved, err := unix.Dup(1)

@@ -1,6 +1,7 @@
 package crashpoint
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"testing"
@@ -28,8 +29,8 @@ func TestHitExits(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHitExits$")
 	cmd.Env = append(os.Environ(), "CRASHPOINT_CHILD=1", EnvVar+"=armed/point")
 	err := cmd.Run()
-	ee, ok := err.(*exec.ExitError)
-	if !ok || ee.ExitCode() != ExitCode {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != ExitCode {
 		t.Fatalf("child ended with %v, want exit code %d", err, ExitCode)
 	}
 }

@@ -292,12 +292,12 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	real, err := s3iam.New(s3iam.Config{S3Endpoint: gw.S3Endpoint(), IAMEndpoint: gw.IAMEndpoint(), Region: gw.Region(),
+	s3drv, err := s3iam.New(s3iam.Config{S3Endpoint: gw.S3Endpoint(), IAMEndpoint: gw.IAMEndpoint(), Region: gw.Region(),
 		PathStyle: true, AccessKeyID: rootAK, SecretAccessKey: rootSK, HTTPClient: testharness.DelayedHTTPClient(o.backendLatency)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv := &hookDriver{Driver: real, before: map[string]func(context.Context) error{}, calls: map[string]int{}}
+	drv := &hookDriver{Driver: s3drv, before: map[string]func(context.Context) error{}, calls: map[string]int{}}
 	key := make([]byte, secretbox.KeySize)
 	_, _ = rand.Read(key)
 	prefix := fmt.Sprintf("t%d", prefixSeq.Add(1))
@@ -310,7 +310,7 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 		cat = o.catalog
 	}
 	reg := prometheus.NewRegistry()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}

@@ -88,7 +88,7 @@ func testProvisionStatusTable(t *testing.T, h *harness) {
 		r := h.do("PUT", id, std)
 		// A refusal for good is the request's error: 422, not 500.
 		h.want(r, http.StatusUnprocessableEntity, "sync provision with a permanent backend error")
-		r = h.want(h.do("PUT", async(id), other), http.StatusConflict, "different after failure")
+		h.want(h.do("PUT", async(id), other), http.StatusConflict, "different after failure")
 		h.drv.hook("EnsureBucket", nil)
 		r = h.want(h.do("PUT", async(id), std), http.StatusAccepted, "retry after failure")
 		if s := h.waitOp(id, r.str("operation")); s != "succeeded" {

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// errLeaseLost is the cause of a worker context cancelled because its
+// errLeaseLost is the cause of a worker context canceled because its
 // operation's lease is no longer this engine's (another replica took it
 // over, or it could not be renewed before it ran out).
 var errLeaseLost = errors.New("operation lease lost")
@@ -49,7 +49,7 @@ type holder struct {
 type holderKey struct{}
 
 // hold starts keeping rec's lease, which this engine has just claimed, and
-// returns the context the worker drives rec with: it is cancelled, with
+// returns the context the worker drives rec with: it is canceled, with
 // cause errLeaseLost, when the lease is lost. release stops the keeping.
 func (e *Engine) hold(ctx context.Context, rec *Record) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)

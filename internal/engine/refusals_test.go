@@ -77,9 +77,9 @@ func TestBadLabelsChangeNothing(t *testing.T) {
 	})
 }
 
-// refusal is what the s3iam driver returns when the server refuses a call
+// errRefusal is what the s3iam driver returns when the server refuses a call
 // for good; its plain text is held to the real server in s3iam's tests.
-var refusal = fmt.Errorf("turn on versioning of bucket: %w: the server does not support versioning (VersioningNotConfigured: Versioning has not been configured)", driver.ErrInvalid)
+var errRefusal = fmt.Errorf("turn on versioning of bucket: %w: the server does not support versioning (VersioningNotConfigured: Versioning has not been configured)", driver.ErrInvalid)
 
 // TestBackendRefusalIsTheClients: whatever the backend still refuses for
 // good after the door's checks ends the operation as the request's error,
@@ -89,7 +89,7 @@ var refusal = fmt.Errorf("turn on versioning of bucket: %w: the server does not 
 func TestBackendRefusalIsTheClients(t *testing.T) {
 	t.Run("provision sync", func(t *testing.T) {
 		h := newHarness(t)
-		h.drv.hook("EnsureBucket/after", func(context.Context) error { return refusal })
+		h.drv.hook("EnsureBucket/after", func(context.Context) error { return errRefusal })
 		id := instancePth + newID()
 		r := h.want(h.do("PUT", id, provisionBody(planStd, nil)), http.StatusUnprocessableEntity, "provision refused after the bucket was made")
 		if d := r.str("description"); !strings.Contains(d, "does not support versioning") {
@@ -108,7 +108,7 @@ func TestBackendRefusalIsTheClients(t *testing.T) {
 
 	t.Run("provision async", func(t *testing.T) {
 		h := newHarness(t)
-		h.drv.hook("EnsureBucket/after", func(context.Context) error { return refusal })
+		h.drv.hook("EnsureBucket/after", func(context.Context) error { return errRefusal })
 		id := instancePth + newID()
 		r := h.want(h.do("PUT", async(id), provisionBody(planStd, nil)), http.StatusAccepted, "async provision")
 		if st := h.waitOp(id, r.str("operation")); st != "failed" {
@@ -128,7 +128,7 @@ func TestBackendRefusalIsTheClients(t *testing.T) {
 		h := newHarness(t)
 		id := instancePth + newID()
 		h.want(h.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
-		h.drv.hook("EnsureBucket/after", func(context.Context) error { return refusal })
+		h.drv.hook("EnsureBucket/after", func(context.Context) error { return errRefusal })
 		h.want(h.do("PATCH", id, map[string]any{"service_id": serviceID, "parameters": map[string]any{"purge_on_delete": true}}),
 			http.StatusUnprocessableEntity, "update refused")
 		h.drv.hook("EnsureBucket/after", nil)
@@ -145,7 +145,7 @@ func TestBackendRefusalIsTheClients(t *testing.T) {
 		h := newHarness(t)
 		id := instancePth + newID()
 		h.want(h.do("PUT", id, provisionBody(planStd, nil)), http.StatusCreated, "provision")
-		h.drv.hook("EnsureCredential/after", func(context.Context) error { return refusal })
+		h.drv.hook("EnsureCredential/after", func(context.Context) error { return errRefusal })
 		bid := id + "/service_bindings/" + newID()
 		h.want(h.do("PUT", bid, bindBody(planStd, nil)), http.StatusUnprocessableEntity, "bind refused after the user was made")
 		if u := h.users(); len(u) != 0 {

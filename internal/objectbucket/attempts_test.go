@@ -300,7 +300,7 @@ func TestObjectBucketWithoutAttempts(t *testing.T) {
 	var once sync.Once
 	var first atomic.Pointer[controllerRun]
 	// The first manager changes nothing on the backend: a pass it started
-	// before it stopped could otherwise die (its context cancelled) between
+	// before it stopped could otherwise die (its context canceled) between
 	// creating the bucket and marking it, which an ObjectBucket without the
 	// flags cannot tell from someone else's bucket.
 	inert := &hookDriver{Driver: backend.drv, ensureBucket: func(context.Context, driver.BucketSpec) error {

@@ -221,12 +221,12 @@ func TestUserSecretNeverOverwritten(t *testing.T) {
 	}
 }
 
-// TestUnlabelledOwnSecret: a Secret the claim controls but that lacks the
+// TestUnlabeledOwnSecret: a Secret the claim controls but that lacks the
 // provisioner label (a user removed it) is invisible to the controller's
 // cache. The Create that stands in for a look finds it, and it is taken
-// back: labelled, given the key just made, and that key is the user's only
+// back: labeled, given the key just made, and that key is the user's only
 // one. Nothing is Failed, nothing is left over.
-func TestUnlabelledOwnSecret(t *testing.T) {
+func TestUnlabeledOwnSecret(t *testing.T) {
 	apiServer(t)
 	ctx := testContext(t)
 	ns := namespace(ctx, t, k8s)

@@ -111,8 +111,8 @@ func generatedBucketName(prefix string, uid types.UID) string {
 		}
 	}
 	p := b.String()
-	if max := maxBucketName - 1 - generatedSuffix; len(p) > max {
-		p = p[:max]
+	if n := maxBucketName - 1 - generatedSuffix; len(p) > n {
+		p = p[:n]
 	}
 	p = strings.Trim(p, "-")
 	sum := sha256.Sum256([]byte(claimKind + "\x00" + string(uid)))

@@ -43,7 +43,7 @@
 // exactly one log line (ERROR for a 5xx; a 409, 410 or 422 is an ordinary
 // answer and logged at INFO; successful probes at DEBUG) and one sample of
 // bucketbroker_http_requests_total and
-// bucketbroker_http_request_duration_seconds, labelled by route pattern so
+// bucketbroker_http_request_duration_seconds, labeled by route pattern so
 // that raw paths never become label values. Bodies, credentials and the
 // Authorization header are never logged.
 package osb

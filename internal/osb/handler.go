@@ -232,7 +232,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			if p == http.ErrAbortHandler {
+			// A panic value, not an error chain: compared as net/http's own
+			// server compares it.
+			if p == http.ErrAbortHandler { //nolint:errorlint // see above
 				panic(p)
 			}
 			info.panicked = true

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are labelled by route pattern, never by raw path, and by a closed
+// metrics are labeled by route pattern, never by raw path, and by a closed
 // set of methods, so that no client can grow the label space.
 type metrics struct {
 	requests *prometheus.CounterVec

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -176,7 +175,7 @@ func storedBroker(t *testing.T, cat *catalog.Catalog, catJSON []byte, box *secre
 		t.Fatal(err)
 	}
 	eng, err = engine.New(engine.Options{Store: st, Driver: acceptingDriver{}, Catalog: cat, Box: box,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), SyncTimeout: 10 * time.Second})
+		Logger: slog.New(slog.DiscardHandler), SyncTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

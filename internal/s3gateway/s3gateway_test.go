@@ -294,7 +294,11 @@ func TestStartListenerReportsServerErrors(t *testing.T) {
 					}
 			})
 			if c != nil {
-				defer c.shutdown()
+				defer func() {
+					if err := c.shutdown(); err != nil {
+						t.Errorf("shutdown: %v", err)
+					}
+				}()
 			}
 			switch {
 			case tc.wantErr == "" && err != nil:
@@ -360,10 +364,10 @@ func TestStartRemovesHalfCreatedBuckets(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(t, dir)
 	ctx := context.Background()
-	real, half, full := "real-"+randomKey(t), "half-"+randomKey(t), "full-"+randomKey(t)
+	realBucket, half, full := "real-"+randomKey(t), "half-"+randomKey(t), "full-"+randomKey(t)
 
 	first := start(t, cfg)
-	if _, err := s3Client(first, cfg.RootAccessKey, cfg.RootSecretKey).CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &real}); err != nil {
+	if _, err := s3Client(first, cfg.RootAccessKey, cfg.RootSecretKey).CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &realBucket}); err != nil {
 		t.Fatalf("CreateBucket: %v", err)
 	}
 	stop(t, first)
@@ -383,7 +387,7 @@ func TestStartRemovesHalfCreatedBuckets(t *testing.T) {
 	if _, err := root.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &half}); err != nil {
 		t.Errorf("CreateBucket of the half-created name after a restart: %v", err)
 	}
-	for _, b := range []string{real, half} {
+	for _, b := range []string{realBucket, half} {
 		if _, err := root.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &b}); err != nil {
 			t.Errorf("HeadBucket %s: %v", b, err)
 		}

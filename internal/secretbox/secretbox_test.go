@@ -19,7 +19,7 @@ func TestSealOpen(t *testing.T) {
 	s1, _ := b.Seal([]byte("top-secret"), "binding/a")
 	s2, _ := b.Seal([]byte("top-secret"), "binding/a")
 	if bytes.Equal(s1, s2) || bytes.Contains(s1, []byte("top-secret")) {
-		t.Error("sealing must be randomised and must not contain the plaintext")
+		t.Error("sealing must be randomized and must not contain the plaintext")
 	}
 	p, err := b.Open(s1, "binding/a")
 	if err != nil || string(p) != "top-secret" {
@@ -52,7 +52,9 @@ func TestKeyFile(t *testing.T) {
 	if err != nil || created || !bytes.Equal(k1, k2) {
 		t.Errorf("reload: created=%v err=%v same=%v", created, err, bytes.Equal(k1, k2))
 	}
-	os.WriteFile(path, []byte("not base64!"), 0o600)
+	if err := os.WriteFile(path, []byte("not base64!"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := LoadOrCreateKeyFile(path); err == nil {
 		t.Error("a corrupt key file must be an error, not replaced")
 	}

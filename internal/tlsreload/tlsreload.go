@@ -64,11 +64,11 @@ func (r *Reloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error
 	cert, err := load(r.certFile, r.keyFile)
 	if err != nil {
 		r.failed = st
-		r.log.Warn("Keeping the current TLS certificate: the changed files do not load", "certFile", r.certFile, "keyFile", r.keyFile, "err", err)
+		r.log.Warn("Keeping the current TLS certificate: the changed files do not load", "cert_file", r.certFile, "key_file", r.keyFile, "error", err)
 		return r.cert, nil
 	}
 	r.cert, r.loaded, r.failed = cert, st, [2]fs.FileInfo{}
-	r.log.Info("Reloaded the TLS certificate", "certFile", r.certFile, "subject", cert.Leaf.Subject.String(), "notAfter", cert.Leaf.NotAfter)
+	r.log.Info("Reloaded the TLS certificate", "cert_file", r.certFile, "subject", cert.Leaf.Subject.String(), "not_after", cert.Leaf.NotAfter)
 	return r.cert, nil
 }
 

@@ -21,8 +21,8 @@ func serve(t *testing.T, r *Reloader) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })}
-	go srv.Serve(l)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })}
+	go func() { _ = srv.Serve(l) }() // returns http.ErrServerClosed at Close; served() fails if it stops early
 	t.Cleanup(func() { srv.Close() })
 	return l.Addr().String()
 }

@@ -3,7 +3,7 @@
 //
 // A Driver is a set of "make it so" calls. Every call may be repeated any
 // number of times, concurrently with nothing else for the same resource (the
-// engine serialises work per resource), and after a crash at any point of a
+// engine serializes work per resource), and after a crash at any point of a
 // previous call. Each call therefore observes what exists, adopts what carries
 // the caller's owner mark, refuses with ErrOwnedByOther what carries anyone
 // else's (touching nothing), and creates only what is missing. A resource
@@ -15,7 +15,7 @@
 // Owner marks are opaque strings chosen by the caller (the engine derives them
 // from the instance or binding id). A driver stores them on the backend
 // resource itself: a bucket tag, an IAM user tag or path. They are how a retry
-// after a crash recognises its own work, and how the leak audit finds resources
+// after a crash recognizes its own work, and how the leak audit finds resources
 // that no record knows.
 //
 // Errors: ErrOwnedByOther and ErrBucketNotEmpty are permanent (a retry cannot

@@ -52,7 +52,7 @@ func OwnerMark(kind, id string) string {
 	return "bucketbroker:" + slug(kind, 12) + ":" + hash(kind, id, 40)
 }
 
-func name(prefix, kind, id string, max int) string {
+func name(prefix, kind, id string, maxLen int) string {
 	s := slug(id, slugLen)
 	h := hash(kind, id, hashLen)
 	n := prefix + "-"
@@ -60,8 +60,8 @@ func name(prefix, kind, id string, max int) string {
 		n += s + "-"
 	}
 	n += h
-	if len(n) > max { // only with an over-long prefix, which ValidatePrefix refuses
-		n = n[len(n)-max:]
+	if len(n) > maxLen { // only with an over-long prefix, which ValidatePrefix refuses
+		n = n[len(n)-maxLen:]
 	}
 	return n
 }

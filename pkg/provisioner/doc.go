@@ -5,7 +5,7 @@
 // The vendor implements driver.Driver (pkg/driver; its conformance suite is
 // pkg/driver/drivertest), builds a controller-runtime manager with
 // ManagerOptions (a scheme with the objectbucket.io types and a cache that
-// holds only the Secrets and ConfigMaps labelled for this provisioner), and
+// holds only the Secrets and ConfigMaps labeled for this provisioner), and
 // adds the controller with New(...).SetupWithManager(mgr). Claims whose
 // StorageClass names Options.ProvisionerName get a bucket, a credential
 // scoped to it, an ObjectBucket, and a Secret and a ConfigMap with the keys

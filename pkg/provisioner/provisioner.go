@@ -112,7 +112,7 @@ func Scheme() (*runtime.Scheme, error) {
 }
 
 // ManagerOptions returns manager options for the provisioner name: the
-// Scheme, and a cache that holds only Secrets and ConfigMaps labelled
+// Scheme, and a cache that holds only Secrets and ConfigMaps labeled
 // bucket-provisioner=<name>, so the controller never keeps the cluster's
 // other Secrets in memory; and a client whose client-side rate limits are
 // raised to ClientQPS and ClientBurst, so that hundreds of claims created

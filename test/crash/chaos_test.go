@@ -141,10 +141,7 @@ func TestKillUnderLoad(t *testing.T) {
 
 	// The killer: at random points of the script (so that the kills are
 	// spread over the load however fast it runs), after a random delay.
-	killAt := make([]int, 0, *chaosKills)
-	for _, n := range rng.Perm(len(work))[:min(*chaosKills, len(work))] {
-		killAt = append(killAt, n)
-	}
+	killAt := rng.Perm(len(work))[:min(*chaosKills, len(work))]
 	slices.Sort(killAt)
 	var kills []time.Duration
 	for _, at := range killAt {

@@ -193,7 +193,7 @@ func TestClaimsUnderKill(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
-	x := newClaimsChaos(t, ctx, api, kubeconfig)
+	x := newClaimsChaos(ctx, t, api, kubeconfig)
 	x.ctx, x.stop = context.WithCancel(ctx)
 	defer x.stop()
 	for i := range n {
@@ -284,7 +284,7 @@ func TestClaimsUnderKill(t *testing.T) {
 // newClaimsChaos makes the run's namespace, a StorageClass per reclaim
 // policy naming a provisioner of the run's own, and the controller process
 // (not started).
-func newClaimsChaos(t *testing.T, ctx context.Context, api *harness.APIServer, kubeconfig string) *claimsChaos {
+func newClaimsChaos(ctx context.Context, t *testing.T, api *harness.APIServer, kubeconfig string) *claimsChaos {
 	ns, err := api.Namespace(ctx, "claims-chaos-")
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package crash
 
 import (
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -57,7 +58,8 @@ func (v *versitygw) ctl(verb string) string {
 	out, err := cmd.Output()
 	if err != nil {
 		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
 			stderr = ee.Stderr
 		}
 		v.t.Fatalf("hack/versitygw.sh %s: %v\n%s", verb, err, stderr)

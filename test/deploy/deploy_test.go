@@ -139,19 +139,19 @@ func render(t *testing.T, release, namespace string, set ...string) []*unstructu
 // apply server-side applies objs as helm install would send them: the CRDs
 // first (and waits until they are established), then the namespace, then
 // the rest. Any rejection fails the test.
-func apply(t *testing.T, ctx context.Context, objs []*unstructured.Unstructured) {
+func apply(ctx context.Context, t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
 	for pass := 0; pass <= 2; pass++ {
 		for _, o := range objs {
 			if rank(o) != pass {
 				continue
 			}
-			obj := o.DeepCopy()
-			if err := admin.Patch(ctx, obj, client.Apply, client.FieldOwner("helm"), client.ForceOwnership); err != nil {
+			ac := client.ApplyConfigurationFromUnstructured(o.DeepCopy())
+			if err := admin.Apply(ctx, ac, client.FieldOwner("helm"), client.ForceOwnership); err != nil {
 				t.Fatalf("server-side apply of %s %s/%s rejected: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
 			}
 			if pass == 0 {
-				waitEstablished(t, ctx, o.GetName())
+				waitEstablished(ctx, t, o.GetName())
 			}
 		}
 	}
@@ -169,7 +169,7 @@ func rank(o *unstructured.Unstructured) int {
 	return 2
 }
 
-func waitEstablished(t *testing.T, ctx context.Context, name string) {
+func waitEstablished(ctx context.Context, t *testing.T, name string) {
 	t.Helper()
 	for {
 		var crd apiextensionsv1.CustomResourceDefinition
@@ -241,7 +241,7 @@ func TestChartAppliesToAPIServer(t *testing.T) {
 			release := "bb-" + tc.name
 			set := append([]string{"createNamespace=true", "controller.storageClass.name=" + release}, tc.set...)
 			objs := render(t, release, release, set...)
-			apply(t, ctx, objs)
+			apply(ctx, t, objs)
 			for _, d := range tc.deployments {
 				var got appsv1.Deployment
 				if err := admin.Get(ctx, client.ObjectKey{Namespace: release, Name: release + "-" + d}, &got); err != nil {

@@ -97,7 +97,7 @@ func TestDocumentedInstall(t *testing.T) {
 						t.Errorf("%s: %q: the test does not know %s", doc, cmd, f[i])
 					}
 				}
-				apply(t, ctx, render(t, release, ns, set...))
+				apply(ctx, t, render(t, release, ns, set...))
 			case len(f) >= 3 && f[0] == "kubectl" && f[1] == "apply":
 				var objs []*unstructured.Unstructured
 				for i := 2; i < len(f); i++ {
@@ -107,7 +107,7 @@ func TestDocumentedInstall(t *testing.T) {
 					i++
 					objs = append(objs, manifests(t, f[i])...)
 				}
-				applyClientSide(t, ctx, objs)
+				applyClientSide(ctx, t, objs)
 			case len(f) >= 6 && f[0] == "kubectl" && f[1] == "-n" && f[3] == "create" && f[4] == "secret" && f[5] == "generic":
 				s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f[2], Name: f[6]}, StringData: map[string]string{}}
 				for _, a := range f[7:] {
@@ -135,7 +135,7 @@ func TestDocumentedInstall(t *testing.T) {
 // side): a create, or an update of what is there. Unlike server-side apply
 // it sends a null field as written, and the API server prunes it (the
 // sample claim's additionalConfig, TestManifestsAccepted).
-func applyClientSide(t *testing.T, ctx context.Context, objs []*unstructured.Unstructured) {
+func applyClientSide(ctx context.Context, t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
 	for pass := 0; pass <= 2; pass++ {
 		for _, o := range objs {
@@ -155,7 +155,7 @@ func applyClientSide(t *testing.T, ctx context.Context, objs []*unstructured.Uns
 				t.Fatalf("kubectl apply of %s %s/%s rejected: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
 			}
 			if pass == 0 {
-				waitEstablished(t, ctx, o.GetName())
+				waitEstablished(ctx, t, o.GetName())
 			}
 		}
 	}

@@ -257,7 +257,7 @@ func TestImageController(t *testing.T) {
 		"controller.s3Port="+port(s3Addr), "controller.iamPort="+port(iamAddr),
 		"controller.metricsPort="+port(metrics), "controller.probePort="+port(probes),
 		"controller.publicS3Endpoint=http://"+s3Addr)
-	apply(t, ctx, objs)
+	apply(ctx, t, objs)
 	d := deployment(t, objs, release+"-controller")
 
 	// The chart's ServiceAccount, as the API server knows it: a client

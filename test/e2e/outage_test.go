@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"os"
@@ -22,7 +23,8 @@ func pgctl(t *testing.T, verb, dir string, env ...string) string {
 	out, err := cmd.Output()
 	if err != nil {
 		var stderr string
-		if ee, ok := err.(*exec.ExitError); ok {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
 			stderr = string(ee.Stderr)
 		}
 		t.Fatalf("hack/postgres.sh %s: %v\n%s", verb, err, stderr)
@@ -39,7 +41,9 @@ func TestStoreOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.Chmod(base, 0o755) // PostgreSQL runs as its own user
+	if err := os.Chmod(base, 0o755); err != nil { // PostgreSQL runs as its own user
+		t.Fatal(err)
+	}
 	dir := filepath.Join(base, "pg")
 	t.Cleanup(func() { pgctl(t, "stop", dir); os.RemoveAll(base) })
 	line := pgctl(t, "start", dir)

@@ -189,7 +189,7 @@ func (b *Broker) TryStart(crashAt ...string) error {
 		select {
 		case err := <-b.exited:
 			b.cmd = nil
-			return fmt.Errorf("broker exited at start: %v", err)
+			return fmt.Errorf("broker exited at start: %w", exitErr(err))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -232,8 +232,9 @@ func (b *Broker) TryWaitCrash(d time.Duration) error {
 	select {
 	case err := <-b.exited:
 		b.cmd = nil
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != crashpoint.ExitCode {
-			return fmt.Errorf("broker exited with %v, want exit code %d at a crash point", err, crashpoint.ExitCode)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != crashpoint.ExitCode {
+			return fmt.Errorf("broker exited with %w, want exit code %d at a crash point", exitErr(err), crashpoint.ExitCode)
 		}
 		return nil
 	case <-time.After(d):
@@ -247,11 +248,14 @@ func (b *Broker) Stop() {
 		return
 	}
 	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	// The exit status of a stopped process is not judged here (tests check
+	// what it left behind); its log shows it.
 	select {
-	case <-b.exited:
+	case err := <-b.exited:
+		noteExit(b.log, err)
 	case <-time.After(20 * time.Second):
 		_ = b.cmd.Process.Kill()
-		<-b.exited
+		noteExit(b.log, <-b.exited)
 	}
 	b.cmd = nil
 }
@@ -265,7 +269,7 @@ func (b *Broker) Kill() {
 	}
 	fmt.Fprintf(b.log, "=== kill -9 %s\n", time.Now().Format(time.StampMilli))
 	_ = b.cmd.Process.Kill()
-	<-b.exited
+	noteExit(b.log, <-b.exited)
 	b.cmd = nil
 }
 

@@ -141,7 +141,7 @@ func (c *Controller) TryStart(crashAt ...string) error {
 		select {
 		case err := <-c.exited:
 			c.cmd = nil
-			return fmt.Errorf("controller exited at start: %v\n%s", err, Tail(c.Log(), 3000))
+			return fmt.Errorf("controller exited at start: %w\n%s", exitErr(err), Tail(c.Log(), 3000))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -158,9 +158,10 @@ func (c *Controller) TryWaitCrash(d time.Duration) error {
 	select {
 	case err := <-c.exited:
 		c.cmd = nil
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != crashpoint.ExitCode {
-			return fmt.Errorf("controller exited with %v, want exit code %d at a crash point:\n%s",
-				err, crashpoint.ExitCode, Tail(c.Log(), 3000))
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != crashpoint.ExitCode {
+			return fmt.Errorf("controller exited with %w, want exit code %d at a crash point:\n%s",
+				exitErr(err), crashpoint.ExitCode, Tail(c.Log(), 3000))
 		}
 		return nil
 	case <-time.After(d):
@@ -174,11 +175,14 @@ func (c *Controller) Stop() {
 		return
 	}
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	// The exit status of a stopped process is not judged here (tests check
+	// what it left behind); its log shows it.
 	select {
-	case <-c.exited:
+	case err := <-c.exited:
+		noteExit(c.log, err)
 	case <-time.After(20 * time.Second):
 		_ = c.cmd.Process.Kill()
-		<-c.exited
+		noteExit(c.log, <-c.exited)
 	}
 	c.cmd = nil
 }
@@ -199,8 +203,11 @@ func (c *Controller) Metric(name string, labels ...string) (float64, error) {
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("metric %s: GET /metrics: %d %v", name, resp.StatusCode, err)
+	if err != nil {
+		return 0, fmt.Errorf("metric %s: GET /metrics: read the body: %w", name, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("metric %s: GET /metrics: %d", name, resp.StatusCode)
 	}
 	var sum float64
 	for line := range strings.Lines(string(body)) {

@@ -15,6 +15,6 @@ func (c *Controller) Kill() {
 	}
 	fmt.Fprintf(c.log, "=== kill -9 %s\n", time.Now().Format(time.StampMilli))
 	_ = c.cmd.Process.Kill()
-	<-c.exited
+	noteExit(c.log, <-c.exited)
 	c.cmd = nil
 }

@@ -115,11 +115,14 @@ func (ib *IllBroker) Stop() {
 		return
 	}
 	_ = ib.cmd.Process.Signal(syscall.SIGTERM)
+	// The exit status of a stopped process is not judged here (tests check
+	// what it left behind); its log shows it.
 	select {
-	case <-ib.exited:
+	case err := <-ib.exited:
+		noteExit(ib.log, err)
 	case <-time.After(10 * time.Second):
 		_ = ib.cmd.Process.Kill()
-		<-ib.exited
+		noteExit(ib.log, <-ib.exited)
 	}
 	ib.cmd = nil
 }

@@ -97,3 +97,22 @@ func (b *Broker) AuditMeasured() (AuditRun, error) {
 	}
 	return r, nil
 }
+
+// errExitedCleanly stands for the nil that exec.Cmd.Wait returns for a
+// process that exited with status 0, so that messages about an unexpected
+// exit wrap an error either way.
+var errExitedCleanly = errors.New("exit status 0")
+
+// exitErr is Wait's error, or errExitedCleanly for nil.
+func exitErr(err error) error {
+	if err == nil {
+		return errExitedCleanly
+	}
+	return err
+}
+
+// noteExit writes how a process the harness stopped or killed ended to its
+// log, after the harness's own "=== start" and "=== kill -9" lines.
+func noteExit(log *LockedBuffer, err error) {
+	fmt.Fprintf(log, "=== exited: %v\n", exitErr(err))
+}

@@ -8,15 +8,15 @@ package v1alpha1
 type Phase string
 
 const (
-	// PhasePending: provisioning has started and is not finished.
+	// PhasePending means provisioning has started and is not finished.
 	PhasePending Phase = "Pending"
-	// PhaseBound: the bucket exists, the ObjectBucket is bound to the claim,
+	// PhaseBound means the bucket exists, the ObjectBucket is bound to the claim,
 	// and the claim's Secret and ConfigMap are written.
 	PhaseBound Phase = "Bound"
-	// PhaseReleased: the claim is gone (or going) and its bucket is being
+	// PhaseReleased means the claim is gone (or going) and its bucket is being
 	// deleted or, for Retain and brownfield buckets, its access revoked.
 	PhaseReleased Phase = "Released"
-	// PhaseFailed: provisioning failed in a way a retry cannot fix; the
+	// PhaseFailed means provisioning failed in a way a retry cannot fix; the
 	// conditions say why.
 	PhaseFailed Phase = "Failed"
 )

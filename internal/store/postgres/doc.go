@@ -43,7 +43,7 @@
 //
 // Connections: one pgxpool pool per Store, 10 connections unless the DSN
 // sets pool_max_conns; a call waits for the server's fsync far longer than
-// it uses a CPU. Every call honours its context, and every call has a
+// it uses a CPU. Every call honors its context, and every call has a
 // deadline of the store's own: 3s (callTimeout), or for List 3s without a
 // row, whatever the caller's context says. Only a deadline ends a call on a
 // server that stopped answering without closing its connections (a frozen

@@ -79,7 +79,7 @@ func TestFrozenServer(t *testing.T) {
 		{"Update", func(ctx context.Context) error { return s.Update(ctx, updated.Clone()) }},
 		{"List", func(ctx context.Context) error { _, err := s.List(ctx, engine.ListOptions{}); return err }},
 		// By now the pool has closed the connections it found dead, and
-		// those left have been idle for seconds: pinged, then dialled anew.
+		// those left have been idle for seconds: pinged, then dialed anew.
 		{"Get again", func(ctx context.Context) error { _, err := s.Get(ctx, stored.Kind, stored.ID); return err }},
 	}
 	for _, c := range calls {

@@ -56,7 +56,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return fmt.Errorf("migrate schema: %w", err)
 	}
-	defer tx.Rollback(ctx) // a no-op after Commit
+	defer func() { _ = tx.Rollback(ctx) }() // a no-op after Commit; a failed migration's error is the one returned
 
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockKey); err != nil {
 		return fmt.Errorf("migrate schema: take migration lock: %w", err)

@@ -359,7 +359,7 @@ var errNoAnswer = errors.New("postgres server did not answer in time")
 // look like the caller's, so its chain is cut here (%v, not %w).
 func callErr(ctx context.Context, err error) error {
 	if ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
-		return fmt.Errorf("%w: %v", errNoAnswer, err)
+		return fmt.Errorf("%w: %s", errNoAnswer, err.Error()) // the text only: see above
 	}
 	return err
 }

@@ -40,7 +40,7 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return fmt.Errorf("migrate schema: %w", err)
 	}
-	defer tx.Rollback() // a no-op after Commit
+	defer func() { _ = tx.Rollback() }() // a no-op after Commit; a failed migration's error is the one returned
 
 	if _, err := tx.ExecContext(ctx, `
 		CREATE TABLE IF NOT EXISTS schema_migrations (

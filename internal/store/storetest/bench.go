@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -14,89 +15,88 @@ import (
 func Bench(b *testing.B, s engine.Store) {
 	ctx := b.Context()
 	var ids atomic.Int64 // unique across the runs the benchmark framework makes
+	next := func(prefix string) *engine.Record { return benchRecord(fmt.Sprintf("%s-%d", prefix, ids.Add(1))) }
 	b.Run("Insert", func(b *testing.B) {
 		for b.Loop() {
-			if err := s.Insert(ctx, benchRecord(fmt.Sprintf("insert-%d", ids.Add(1)))); err != nil {
-				b.Fatal(err)
-			}
+			benchOK(b, s.Insert(ctx, next("insert")))
 		}
 	})
-	if err := s.Insert(ctx, benchRecord("get")); err != nil {
-		b.Fatal(err)
-	}
+	benchOK(b, s.Insert(ctx, benchRecord("get")))
 	b.Run("InsertParallel", func(b *testing.B) {
 		b.SetParallelism(50) // many requests at once, as under a burst of provisions
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if err := s.Insert(ctx, benchRecord(fmt.Sprintf("parallel-%d", ids.Add(1)))); err != nil {
-					b.Fatal(err)
-				}
+				benchOK(b, s.Insert(ctx, next("parallel")))
 			}
 		})
 	})
 	b.Run("Get", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := s.Get(ctx, engine.KindBinding, "get"); err != nil {
-				b.Fatal(err)
-			}
+			benchOK(b, getBinding(ctx, s, "get"))
 		}
 	})
 	b.Run("GetParallel", func(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if _, err := s.Get(ctx, engine.KindBinding, "get"); err != nil {
-					b.Fatal(err)
-				}
+				benchOK(b, getBinding(ctx, s, "get"))
 			}
 		})
 	})
-	b.Run("GetDuringInserts", func(b *testing.B) {
-		// Reads while a steady stream of writes waits for fsync: with a
-		// separate reader pool they do not queue behind the writes.
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if err := s.Insert(ctx, benchRecord(fmt.Sprintf("background-%d", ids.Add(1)))); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		}
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if _, err := s.Get(ctx, engine.KindBinding, "get"); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-		b.StopTimer()
-		close(stop)
-		wg.Wait()
-	})
+	b.Run("GetDuringInserts", func(b *testing.B) { benchGetDuringInserts(ctx, b, s, next) })
 	b.Run("UpdateParallel", func(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
-			r := benchRecord(fmt.Sprintf("update-%d", ids.Add(1)))
-			if err := s.Insert(ctx, r); err != nil {
-				b.Fatal(err)
-			}
+			r := next("update")
+			benchOK(b, s.Insert(ctx, r))
 			for pb.Next() {
-				if err := s.Update(ctx, r); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := s.Get(ctx, r.Kind, r.ID); err != nil {
-					b.Fatal(err)
-				}
+				benchOK(b, s.Update(ctx, r))
+				benchOK(b, getBinding(ctx, s, r.ID))
 			}
 		})
 	})
+}
+
+// benchGetDuringInserts measures reads while a steady stream of writes
+// waits for fsync: with a separate reader pool they do not queue behind
+// the writes.
+func benchGetDuringInserts(ctx context.Context, b *testing.B, s engine.Store, next func(string) *engine.Record) {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := s.Insert(ctx, next("background")); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			benchOK(b, getBinding(ctx, s, "get"))
+		}
+	})
+	b.StopTimer()
+	close(stop)
+	wg.Wait()
+}
+
+// benchOK fails the benchmark on a store error.
+func benchOK(b *testing.B, err error) {
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// getBinding reads the binding record id.
+func getBinding(ctx context.Context, s engine.Store, id string) error {
+	_, err := s.Get(ctx, engine.KindBinding, id)
+	return err
 }
 
 func benchRecord(id string) *engine.Record {

@@ -16,7 +16,7 @@
 // read exactly one succeeds and the others get ErrStale. A failed call
 // changes neither the stored record nor the caller's copy. List orders by
 // kind, then id, in byte order, and selects on the state the latest write
-// left. Every call honours its context. A record that could not be read
+// left. Every call honors its context. A record that could not be read
 // back (nested past encoding/json's limit, or too large) is never written;
 // one planted in the database behind the store (RunUnreadable) is skipped
 // by List and reported, fails Get for its id alone, and is made readable by

@@ -87,7 +87,7 @@ func Run(t *testing.T, newStore func(t *testing.T) engine.Store) {
 			test:   testRefusesUnreadable,
 		},
 		"CanceledContext": {
-			reason: "Every call must honour its context: a canceled call returns the context's error and writes nothing.",
+			reason: "Every call must honor its context: a canceled call returns the context's error and writes nothing.",
 			test:   testCanceledContext,
 		},
 	}

@@ -73,98 +73,106 @@ type Planter func(t *testing.T, raw store.Raw, opState engine.OpState)
 // sweep and other records' operations go on; Get fails for that record
 // only; FindUnreadable lists them and Repair makes them readable.
 func RunUnreadable(t *testing.T, newStore func(t *testing.T) (store.RawStore, Planter)) {
-	t.Run("ListSkipsAndReports", func(t *testing.T) {
-		s, plant := newStore(t)
-		rep, ok := s.(engine.UnreadableReporter)
-		if !ok {
-			t.Fatalf("%T does not implement engine.UnreadableReporter", s)
-		}
-		mustInsert(t, s, record(engine.KindInstance, "i1", "", engine.OpInProgress))
-		mustInsert(t, s, record(engine.KindBinding, "b1", "i1", engine.OpInProgress))
-		mustInsert(t, s, record(engine.KindBinding, "b3", "i1", engine.OpSucceeded))
+	t.Run("ListSkipsAndReports", func(t *testing.T) { testUnreadableListed(t, newStore) })
+	t.Run("RepairAnyField", func(t *testing.T) { testRepairAnyField(t, newStore) })
+}
 
-		// A binding of i1 whose parameters nest as deep as encoding/json
-		// allows: the record around them is deeper still.
-		bad := record(engine.KindBinding, "b2", "i1", engine.OpInProgress)
-		bad.Version = 4
-		bad.Request.Parameters = json.RawMessage(`{}`)
-		data, err := store.Encode(bad)
+// testUnreadableListed plants a record nested too deep to decode among
+// readable ones: List skips and reports it, Get fails for it alone,
+// FindUnreadable finds it and Repair makes it readable.
+func testUnreadableListed(t *testing.T, newStore func(t *testing.T) (store.RawStore, Planter)) {
+	s, plant := newStore(t)
+	rep, ok := s.(engine.UnreadableReporter)
+	if !ok {
+		t.Fatalf("%T does not implement engine.UnreadableReporter", s)
+	}
+	mustInsert(t, s, record(engine.KindInstance, "i1", "", engine.OpInProgress))
+	mustInsert(t, s, record(engine.KindBinding, "b1", "i1", engine.OpInProgress))
+	mustInsert(t, s, record(engine.KindBinding, "b3", "i1", engine.OpSucceeded))
+
+	// A binding of i1 whose parameters nest as deep as encoding/json
+	// allows: the record around them is deeper still.
+	bad := record(engine.KindBinding, "b2", "i1", engine.OpInProgress)
+	bad.Version = 4
+	bad.Request.Parameters = json.RawMessage(`{}`)
+	data, err := store.Encode(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deep := strings.Replace(string(data), `"parameters":{}`, `"parameters":`+string(deepObject(9999)), 1)
+	plant(t, store.Raw{Kind: bad.Kind, ID: bad.ID, InstanceID: "i1", Version: 4, Data: []byte(deep)}, engine.OpInProgress)
+
+	for _, opts := range []engine.ListOptions{{Unfinished: true}, {InstanceID: "i1"}, {Kind: engine.KindBinding}, {}} {
+		got, err := s.List(ctx(t), opts)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("List(%+v) with an unreadable record: %v; want the readable ones", opts, err)
 		}
-		deep := strings.Replace(string(data), `"parameters":{}`, `"parameters":`+string(deepObject(9999)), 1)
-		plant(t, store.Raw{Kind: bad.Kind, ID: bad.ID, InstanceID: "i1", Version: 4, Data: []byte(deep)}, engine.OpInProgress)
-
-		for _, opts := range []engine.ListOptions{{Unfinished: true}, {InstanceID: "i1"}, {Kind: engine.KindBinding}, {}} {
-			got, err := s.List(ctx(t), opts)
-			if err != nil {
-				t.Fatalf("List(%+v) with an unreadable record: %v; want the readable ones", opts, err)
+		for _, r := range got {
+			if r.ID == "b2" {
+				t.Errorf("List(%+v) returned the unreadable record", opts)
 			}
-			for _, r := range got {
-				if r.ID == "b2" {
-					t.Errorf("List(%+v) returned the unreadable record", opts)
-				}
-			}
 		}
-		got := rep.Unreadable()
-		if len(got) != 1 || got[0].Kind != engine.KindBinding || got[0].ID != "b2" || got[0].InstanceID != "i1" || got[0].Version != 4 || got[0].Error == "" {
-			t.Fatalf("Unreadable() = %+v, want binding b2 of i1 at version 4 with its error", got)
-		}
-		if _, err := s.Get(ctx(t), engine.KindBinding, "b2"); err == nil || errors.Is(err, engine.ErrNotFound) {
-			t.Errorf("Get of the unreadable record: %v, want a decode error", err)
-		}
-		mustGet(t, s, engine.KindBinding, "b1") // the others read as ever
+	}
+	got := rep.Unreadable()
+	if len(got) != 1 || got[0].Kind != engine.KindBinding || got[0].ID != "b2" || got[0].InstanceID != "i1" || got[0].Version != 4 || got[0].Error == "" {
+		t.Fatalf("Unreadable() = %+v, want binding b2 of i1 at version 4 with its error", got)
+	}
+	if _, err := s.Get(ctx(t), engine.KindBinding, "b2"); err == nil || errors.Is(err, engine.ErrNotFound) {
+		t.Errorf("Get of the unreadable record: %v, want a decode error", err)
+	}
+	mustGet(t, s, engine.KindBinding, "b1") // the others read as ever
 
-		found, err := store.FindUnreadable(ctx(t), s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(found) != 1 || found[0].ID != "b2" || found[0].InstanceID != "i1" {
-			t.Fatalf("FindUnreadable = %+v, want binding b2 of i1", found)
-		}
+	found, err := store.FindUnreadable(ctx(t), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 1 || found[0].ID != "b2" || found[0].InstanceID != "i1" {
+		t.Fatalf("FindUnreadable = %+v, want binding b2 of i1", found)
+	}
 
-		fixed, err := store.Repair(ctx(t), s, engine.KindBinding, "b2")
-		if err != nil {
-			t.Fatalf("Repair: %v", err)
-		}
-		if fixed.Pruned != 1 || fixed.Version != 5 {
-			t.Errorf("Repair = %+v, want 1 value pruned and version 5", fixed)
-		}
-		r := mustGet(t, s, engine.KindBinding, "b2")
-		if r.Op.ID != bad.Op.ID || r.InstanceID != "i1" || r.Version != 5 {
-			t.Errorf("repaired record = %+v, want b2's operation, instance and version 5", r)
-		}
-		if d := jsonnest.Depth(r.Request.Parameters); d > store.MaxRecordDepth {
-			t.Errorf("repaired parameters nest %d levels", d)
-		}
-		if _, err := s.List(ctx(t), engine.ListOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if got := rep.Unreadable(); len(got) != 0 {
-			t.Errorf("Unreadable() after the repair and a List = %+v, want none", got)
-		}
-		if _, err := store.Repair(ctx(t), s, engine.KindBinding, "b2"); !errors.Is(err, store.ErrReadable) {
-			t.Errorf("Repair of a readable record: %v, want ErrReadable", err)
-		}
-		if found, err := store.FindUnreadable(ctx(t), s); err != nil || len(found) != 0 {
-			t.Errorf("FindUnreadable after the repair = %+v, %v; want none", found, err)
-		}
-	})
+	fixed, err := store.Repair(ctx(t), s, engine.KindBinding, "b2")
+	if err != nil {
+		t.Fatalf("Repair: %v", err)
+	}
+	if fixed.Pruned != 1 || fixed.Version != 5 {
+		t.Errorf("Repair = %+v, want 1 value pruned and version 5", fixed)
+	}
+	r := mustGet(t, s, engine.KindBinding, "b2")
+	if r.Op.ID != bad.Op.ID || r.InstanceID != "i1" || r.Version != 5 {
+		t.Errorf("repaired record = %+v, want b2's operation, instance and version 5", r)
+	}
+	if d := jsonnest.Depth(r.Request.Parameters); d > store.MaxRecordDepth {
+		t.Errorf("repaired parameters nest %d levels", d)
+	}
+	if _, err := s.List(ctx(t), engine.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := rep.Unreadable(); len(got) != 0 {
+		t.Errorf("Unreadable() after the repair and a List = %+v, want none", got)
+	}
+	if _, err := store.Repair(ctx(t), s, engine.KindBinding, "b2"); !errors.Is(err, store.ErrReadable) {
+		t.Errorf("Repair of a readable record: %v, want ErrReadable", err)
+	}
+	if found, err := store.FindUnreadable(ctx(t), s); err != nil || len(found) != 0 {
+		t.Errorf("FindUnreadable after the repair = %+v, %v; want none", found, err)
+	}
+}
 
-	t.Run("RepairAnyField", func(t *testing.T) {
-		s, plant := newStore(t)
-		bad := record(engine.KindInstance, "i9", "", engine.OpSucceeded)
-		data, err := store.Encode(bad)
-		if err != nil {
-			t.Fatal(err)
-		}
-		deep := strings.Replace(string(data), `"fingerprint"`, `"x":`+string(deepObject(10001))+`,"fingerprint"`, 1)
-		plant(t, store.Raw{Kind: bad.Kind, ID: bad.ID, Version: 1, Data: []byte(deep)}, engine.OpSucceeded)
-		if _, err := store.Repair(ctx(t), s, engine.KindInstance, "i9"); err != nil {
-			t.Fatalf("Repair of an unknown field too deep: %v", err)
-		}
-		if _, err := store.Repair(ctx(t), s, engine.KindInstance, "nope"); !errors.Is(err, engine.ErrNotFound) {
-			t.Errorf("Repair of an unknown id: %v, want ErrNotFound", err)
-		}
-	})
+// testRepairAnyField: Repair prunes a value too deep in a field the record
+// type does not know, and refuses an id that does not exist.
+func testRepairAnyField(t *testing.T, newStore func(t *testing.T) (store.RawStore, Planter)) {
+	s, plant := newStore(t)
+	bad := record(engine.KindInstance, "i9", "", engine.OpSucceeded)
+	data, err := store.Encode(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deep := strings.Replace(string(data), `"fingerprint"`, `"x":`+string(deepObject(10001))+`,"fingerprint"`, 1)
+	plant(t, store.Raw{Kind: bad.Kind, ID: bad.ID, Version: 1, Data: []byte(deep)}, engine.OpSucceeded)
+	if _, err := store.Repair(ctx(t), s, engine.KindInstance, "i9"); err != nil {
+		t.Fatalf("Repair of an unknown field too deep: %v", err)
+	}
+	if _, err := store.Repair(ctx(t), s, engine.KindInstance, "nope"); !errors.Is(err, engine.ErrNotFound) {
+		t.Errorf("Repair of an unknown id: %v, want ErrNotFound", err)
+	}
 }
