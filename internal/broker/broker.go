@@ -131,6 +131,70 @@ type Generated struct {
 	RootCredentialsFile string
 }
 
+// serverTLS is the OSB API's TLS configuration, its certificate reloaded
+// when the files change; nil without TLS.
+func serverTLS(cfg Config, log *slog.Logger) (*tls.Config, error) {
+	if cfg.TLSCertFile == "" && cfg.TLSKeyFile == "" {
+		return nil, nil
+	}
+	if cfg.TLSCertFile == "" || cfg.TLSKeyFile == "" {
+		return nil, errors.New("TLS needs both a certificate file and a key file")
+	}
+	rl, err := tlsreload.New(cfg.TLSCertFile, cfg.TLSKeyFile, log)
+	if err != nil {
+		return nil, err
+	}
+	return rl.Config(), nil
+}
+
+// openSecretBox opens the box that seals binding secrets, with the key
+// file's key (made on first start).
+func openSecretBox(cfg Config) (*secretbox.Box, error) {
+	keyFile := cfg.EncryptionKeyFile
+	if keyFile == "" {
+		keyFile = filepath.Join(cfg.DataDir, "encryption.key")
+	}
+	key, _, err := secretbox.LoadOrCreateKeyFile(keyFile)
+	if err != nil {
+		return nil, err
+	}
+	return secretbox.New(key)
+}
+
+// startBackend starts the bucket service's storage backend (none with
+// cfg.NoBucketService) and returns its driver and the endpoint bindings
+// name.
+func (b *Broker) startBackend(ctx context.Context, cfg Config) (driver.Driver, engine.Endpoint, error) {
+	if cfg.NoBucketService {
+		return nil, engine.Endpoint{}, nil
+	}
+	be, err := backend.Start(ctx, cfg.Config)
+	if err != nil {
+		return nil, engine.Endpoint{}, err
+	}
+	b.backend = be
+	b.S3Endpoint, b.IAMEndpoint = be.S3Endpoint, be.IAMEndpoint
+	b.RootAccessKey, b.RootSecretKey = be.RootAccessKey, be.RootSecretKey
+	b.Generated.RootCredentials, b.Generated.RootCredentialsFile = be.GeneratedRootCredentials, be.RootCredentialsFile
+	return be.Driver, engine.Endpoint{URL: be.PublicS3Endpoint, Region: be.Region, PathStyle: be.PathStyle}, nil
+}
+
+// setCredentials sets the OSB API's basic-auth credentials: the
+// configured ones, or a password generated once and kept in the data dir.
+func (b *Broker) setCredentials(cfg Config) error {
+	b.Username, b.Password = cfg.Username, cfg.Password
+	if b.Username == "" {
+		b.Username = "broker"
+	}
+	if b.Password != "" {
+		return nil
+	}
+	b.Generated.BrokerCredentials, b.Generated.PasswordFile = true, filepath.Join(cfg.DataDir, "broker-password")
+	var err error
+	b.Password, err = brokerPassword(b.Generated.PasswordFile)
+	return err
+}
+
 // Start brings every part up, in order, and starts serving the OSB API.
 func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 	b := &Broker{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 1)}
@@ -148,16 +212,9 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	var tlsConfig *tls.Config
-	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
-		if cfg.TLSCertFile == "" || cfg.TLSKeyFile == "" {
-			return nil, errors.New("TLS needs both a certificate file and a key file")
-		}
-		rl, err := tlsreload.New(cfg.TLSCertFile, cfg.TLSKeyFile, b.log)
-		if err != nil {
-			return nil, err
-		}
-		tlsConfig = rl.Config()
+	tlsConfig, err := serverTLS(cfg, b.log)
+	if err != nil {
+		return nil, err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -173,15 +230,7 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("catalog: %w", err)
 	}
-	keyFile := cfg.EncryptionKeyFile
-	if keyFile == "" {
-		keyFile = filepath.Join(cfg.DataDir, "encryption.key")
-	}
-	key, _, err := secretbox.LoadOrCreateKeyFile(keyFile)
-	if err != nil {
-		return nil, err
-	}
-	box, err := secretbox.New(key)
+	box, err := openSecretBox(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -189,18 +238,9 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 		return nil, err
 	}
 
-	var drv driver.Driver
-	var endpoint engine.Endpoint
-	if !cfg.NoBucketService {
-		if b.backend, err = backend.Start(ctx, cfg.Config); err != nil {
-			return nil, err
-		}
-		be := b.backend
-		drv = be.Driver
-		endpoint = engine.Endpoint{URL: be.PublicS3Endpoint, Region: be.Region, PathStyle: be.PathStyle}
-		b.S3Endpoint, b.IAMEndpoint = be.S3Endpoint, be.IAMEndpoint
-		b.RootAccessKey, b.RootSecretKey = be.RootAccessKey, be.RootSecretKey
-		b.Generated.RootCredentials, b.Generated.RootCredentialsFile = be.GeneratedRootCredentials, be.RootCredentialsFile
+	drv, endpoint, err := b.startBackend(ctx, cfg)
+	if err != nil {
+		return nil, err
 	}
 	ups := make([]engine.Upstream, len(b.upstream))
 	for i, u := range b.upstream {
@@ -227,15 +267,8 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 		return nil, err
 	}
 
-	b.Username, b.Password = cfg.Username, cfg.Password
-	if b.Username == "" {
-		b.Username = "broker"
-	}
-	if b.Password == "" {
-		b.Generated.BrokerCredentials, b.Generated.PasswordFile = true, filepath.Join(cfg.DataDir, "broker-password")
-		if b.Password, err = brokerPassword(b.Generated.PasswordFile); err != nil {
-			return nil, err
-		}
+	if err := b.setCredentials(cfg); err != nil {
+		return nil, err
 	}
 	unreadable := func() int { return 0 }
 	if rep, ok := b.store.(engine.UnreadableReporter); ok {
@@ -373,9 +406,9 @@ type httpServerLog struct{ log *slog.Logger }
 func (l httpServerLog) Write(p []byte) (int, error) {
 	msg := strings.TrimSpace(string(p))
 	if strings.HasPrefix(msg, "http: TLS handshake error") {
-		l.log.Info("TLS handshake failed", "err", strings.TrimPrefix(msg, "http: "))
+		l.log.Info("TLS handshake failed", "error", strings.TrimPrefix(msg, "http: "))
 	} else {
-		l.log.Warn("OSB API server error", "err", strings.TrimPrefix(msg, "http: "))
+		l.log.Warn("OSB API server error", "error", strings.TrimPrefix(msg, "http: "))
 	}
 	return len(p), nil
 }

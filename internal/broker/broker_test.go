@@ -27,7 +27,9 @@ func closedPort(t *testing.T) string {
 func TestStartFailsClearly(t *testing.T) {
 	ctx := context.Background()
 	badCatalog := filepath.Join(t.TempDir(), "catalog.yaml")
-	os.WriteFile(badCatalog, []byte("services: []"), 0o600)
+	if err := os.WriteFile(badCatalog, []byte("services: []"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for name, tc := range map[string]struct {
 		cfg  Config
 		want string
@@ -44,8 +46,8 @@ func TestStartFailsClearly(t *testing.T) {
 			tc.cfg.DataDir, tc.cfg.Listen = t.TempDir(), "127.0.0.1:0"
 			b, err := Start(ctx, tc.cfg)
 			if err == nil {
-				b.Shutdown(ctx)
-				t.Fatal("Start succeeded")
+				t.Errorf("Start succeeded; shut down: %v", b.Shutdown(ctx))
+				t.FailNow()
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want one containing %q", err, tc.want)
@@ -131,7 +133,9 @@ func TestBrokerPasswordFile(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Errorf("data dir holds %v, want the password file only (no temporary file left)", entries)
 	}
-	os.WriteFile(path, []byte("\n"), 0o600)
+	if err := os.WriteFile(path, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := brokerPassword(path); err == nil || !strings.Contains(err.Error(), "BUCKETBROKER_PASSWORD") {
 		t.Errorf("empty file: err = %v, want one saying to remove it or set BUCKETBROKER_PASSWORD", err)
 	}

@@ -246,19 +246,28 @@ func (c *Catalog) index() error {
 			}
 			ids[p.ID] = true
 			p.service = s
-			for _, a := range p.Settings().Access {
-				if !a.Valid() {
-					return fmt.Errorf("plan %q: unknown access mode %q (want read-write, read-only or write-only)", p.Name, a)
-				}
-			}
-			if mi := p.MaintenanceInfo; mi != nil && !semver.MatchString(mi.Version) {
-				return fmt.Errorf("plan %q: maintenance_info.version %q is not a semantic version (such as 1.2.0)", p.Name, mi.Version)
-			}
-			if err := p.compile(); err != nil {
-				return fmt.Errorf("plan %q: %w", p.Name, err)
+			if err := p.check(); err != nil {
+				return err
 			}
 			c.plans[s.ID+"/"+p.ID] = p
 		}
+	}
+	return nil
+}
+
+// check checks a plan's own fields (access modes, maintenance_info) and
+// compiles its parameter schemas.
+func (p *Plan) check() error {
+	for _, a := range p.Settings().Access {
+		if !a.Valid() {
+			return fmt.Errorf("plan %q: unknown access mode %q (want read-write, read-only or write-only)", p.Name, a)
+		}
+	}
+	if mi := p.MaintenanceInfo; mi != nil && !semver.MatchString(mi.Version) {
+		return fmt.Errorf("plan %q: maintenance_info.version %q is not a semantic version (such as 1.2.0)", p.Name, mi.Version)
+	}
+	if err := p.compile(); err != nil {
+		return fmt.Errorf("plan %q: %w", p.Name, err)
 	}
 	return nil
 }

@@ -52,17 +52,11 @@ func Merge(base *Catalog, sources ...Source) (*Catalog, error) {
 	for _, src := range sources {
 		from := fmt.Sprintf("upstream %q", src.Upstream)
 		for _, raw := range src.Services {
-			var s Service
-			if err := json.Unmarshal(raw, &s); err != nil {
-				return nil, fmt.Errorf("a service of %s: %w", from, err)
+			s, err := decodeUpstreamService(src.Upstream, from, raw)
+			if err != nil {
+				return nil, err
 			}
-			for _, p := range s.Plans {
-				if p.Config != nil {
-					return nil, fmt.Errorf("plan %q of service %q of %s carries a %q object, which only the bucket catalog may", p.Name, s.Name, from, "bucketbroker")
-				}
-			}
-			s.Upstream, s.raw = src.Upstream, append(json.RawMessage(nil), raw...)
-			if err := add(&s, from); err != nil {
+			if err := add(s, from); err != nil {
 				return nil, err
 			}
 		}
@@ -71,4 +65,20 @@ func Merge(base *Catalog, sources ...Source) (*Catalog, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// decodeUpstreamService decodes one service object an upstream served, keeping
+// its raw form to serve as it came.
+func decodeUpstreamService(upstream, from string, raw json.RawMessage) (*Service, error) {
+	var s Service
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("a service of %s: %w", from, err)
+	}
+	for _, p := range s.Plans {
+		if p.Config != nil {
+			return nil, fmt.Errorf("plan %q of service %q of %s carries a %q object, which only the bucket catalog may", p.Name, s.Name, from, "bucketbroker")
+		}
+	}
+	s.Upstream, s.raw = upstream, append(json.RawMessage(nil), raw...)
+	return &s, nil
 }

@@ -17,133 +17,16 @@ import (
 // Bind creates a credential scoped to the instance's bucket, or answers a
 // duplicate from the stored record: the same credentials, never a second key.
 func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) {
-	if req.BindingID == "" || req.InstanceID == "" {
-		return BindResult{}, invalidf("instance and binding ids are required")
-	}
-	plan, err := e.plan(req.ServiceID, req.PlanID)
+	b, err := e.newBindCall(req)
 	if err != nil {
 		return BindResult{}, err
 	}
-	params, err := canonicalObject(req.Parameters)
-	if err != nil {
-		return BindResult{}, invalidf("parameters: %v", err)
-	}
-	pred := req.PredecessorBindingID
-	bindResource, err := canonicalObject(req.BindResource)
-	if err != nil {
-		return BindResult{}, invalidf("bind_resource: %v", err)
-	}
-	r := Request{ServiceID: req.ServiceID, PlanID: req.PlanID, Parameters: params,
-		AppGUID: req.AppGUID, BindResource: bindResource, Context: req.Context, Predecessor: pred}
-	fp := fingerprint(req.InstanceID, r)
-	how := e.answering(req.AcceptsIncomplete, nil)
-	up := e.upstreamOf(req.ServiceID)
-	var bp bindingParams
-	var access driver.Access // the new binding's, once check ran
-	// check runs before anything is written or answered, except for an
-	// exact replay of a live binding (see creation.check).
-	check := func() error {
-		if err := plan.Validate(catalog.ForBind, params); err != nil {
-			return invalidf("%v", err)
-		}
-		if up != "" {
-			return checkUpstreamBind(r)
-		}
-		if err := decodeParams(params, &bp); err != nil {
-			return invalidf("parameters: %v", err)
-		}
-		access = plan.Settings().DefaultAccess()
-		if bp.Access != "" {
-			access = driver.Access(bp.Access)
-		}
-		if !plan.Settings().AllowsAccess(access) {
-			return invalidf("plan %q does not allow %s bindings", plan.Name, access)
-		}
-		if pred != "" && !plan.Rotatable() {
-			return invalidf("plan %q does not allow binding rotation", plan.Name)
-		}
-		if pred == req.BindingID && pred != "" {
-			return invalidf("binding %s cannot rotate itself", pred)
-		}
-		return checkFreeForm(r)
-	}
-	// rotation returns the access of a new binding: a rotation's is its
-	// predecessor's, looked up only when the binding is recorded anew (a
-	// replay is answered from its record, whatever became of the
-	// predecessor since).
-	rotation := func() (driver.Access, error) {
-		if pred == "" {
-			return access, nil
-		}
-		p, err := e.store.Get(ctx, KindBinding, pred)
-		if errors.Is(err, ErrNotFound) || (err == nil && (p.InstanceID != req.InstanceID || p.Phase != PhaseReady)) {
-			return "", invalidf("predecessor binding %s of instance %s does not exist, or is being made or deleted", pred, req.InstanceID)
-		} else if err != nil {
-			return "", e.storeErr(ctx, err)
-		}
-		if bp.Access != "" && driver.Access(bp.Access) != driver.Access(p.Access) {
-			return "", invalidf("a rotation keeps its predecessor's access (%s); the parameters ask for %s", p.Access, bp.Access)
-		}
-		return driver.Access(p.Access), nil
-	}
-
 	rec, created, err := e.recordCreation(ctx, creation{
 		kind: KindBinding, id: req.BindingID, op: OpBind,
-		same:  func(rec *Record) bool { return rec.Fingerprint == fp && rec.Request.Predecessor == pred },
-		check: check,
-		fresh: func() (*Record, error) {
-			inst, err := e.bindableInstance(ctx, req)
-			if err != nil {
-				return nil, err
-			}
-			access, err := rotation()
-			if err != nil {
-				return nil, err
-			}
-			rec := e.newBinding(req, inst, r, fp, access)
-			if rec.Upstream = up; up != "" {
-				rec.UserName, rec.Owner = "", ""
-				return rec, nil
-			}
-			rec.UserAttempted = e.userFree(ctx, rec, how)
-			return rec, nil
-		},
-		again: func(rec *Record) error {
-			inst, err := e.bindableInstance(ctx, req)
-			if err != nil {
-				return err
-			}
-			access, err := rotation()
-			if err != nil {
-				return err
-			}
-			rec.UpstreamOp = UpstreamOp{}
-			if rec.Phase == PhaseDeleted && (up != "" || rec.Upstream != "") {
-				// The id may come back for another service: the names
-				// are those of the service asked for now.
-				rec.Upstream, rec.UpstreamAttempted = up, false
-				rec.AccessKeyID, rec.SealedSecret, rec.UserAttempted = "", nil, false
-				rec.UserName, rec.Owner = "", ""
-				if up == "" {
-					rec.UserName, rec.Owner = driver.UserName(e.prefix, string(KindBinding), rec.ID), driver.OwnerMark(string(KindBinding), rec.ID)
-					rec.UserAttempted = e.userFree(ctx, rec, how)
-				}
-			} else if rec.Phase == PhaseDeleted {
-				rec.AccessKeyID, rec.SealedSecret = "", nil
-				if !rec.UserAttempted {
-					// An unbind leaves nothing of ours under the name
-					// and clears the flag: look again, as for a new
-					// binding. (The flag survives only in a record
-					// whose unbind, by an older version, left our
-					// unmarked user in place: the bind adopts it.)
-					rec.UserAttempted = e.userFree(ctx, rec, how)
-				}
-			}
-			rec.InstanceID, rec.Bucket, rec.Request, rec.Fingerprint = inst.ID, inst.Bucket, r, fp
-			rec.Access, rec.Phase = string(access), PhaseProvisioning
-			rec.startOp(e.newOp(OpBind, req.AcceptsIncomplete, req.Identity))
-			return nil
-		},
+		same:  func(rec *Record) bool { return rec.Fingerprint == b.fp && rec.Request.Predecessor == b.r.Predecessor },
+		check: b.check,
+		fresh: func() (*Record, error) { return b.fresh(ctx) },
+		again: func(rec *Record) error { return b.again(ctx, rec) },
 	})
 	if err != nil {
 		return BindResult{}, err
@@ -159,6 +42,159 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 		return e.bindResult(rec, Result{Outcome: OutcomeOK})
 	default:
 		return BindResult{}, fmt.Errorf("%w: binding %s is being deleted, or its unbind failed", ErrConcurrency, req.BindingID)
+	}
+}
+
+// bindCall is one Bind request on its way to the record: the canonical
+// request and its fingerprint, the plan, and, once check has run, the
+// access a new binding gets. Its methods are the parts of recordCreation's
+// loop (see creation).
+type bindCall struct {
+	e    *Engine
+	req  BindRequest
+	plan *catalog.Plan
+	r    Request
+	fp   string
+	how  answering
+	// up names the upstream serving the service, empty for buckets.
+	up string
+	bp bindingParams
+	// access is the new binding's, once check ran.
+	access driver.Access
+}
+
+func (e *Engine) newBindCall(req BindRequest) (*bindCall, error) {
+	if req.BindingID == "" || req.InstanceID == "" {
+		return nil, invalidf("instance and binding ids are required")
+	}
+	plan, err := e.plan(req.ServiceID, req.PlanID)
+	if err != nil {
+		return nil, err
+	}
+	params, err := canonicalObject(req.Parameters)
+	if err != nil {
+		return nil, invalidf("parameters: %v", err)
+	}
+	bindResource, err := canonicalObject(req.BindResource)
+	if err != nil {
+		return nil, invalidf("bind_resource: %v", err)
+	}
+	r := Request{ServiceID: req.ServiceID, PlanID: req.PlanID, Parameters: params,
+		AppGUID: req.AppGUID, BindResource: bindResource, Context: req.Context, Predecessor: req.PredecessorBindingID}
+	return &bindCall{e: e, req: req, plan: plan, r: r, fp: fingerprint(req.InstanceID, r),
+		how: e.answering(req.AcceptsIncomplete, nil), up: e.upstreamOf(req.ServiceID)}, nil
+}
+
+// check runs before anything is written or answered, except for an exact
+// replay of a live binding (see creation.check).
+func (b *bindCall) check() error {
+	plan, pred := b.plan, b.r.Predecessor
+	if err := plan.Validate(catalog.ForBind, b.r.Parameters); err != nil {
+		return invalidf("%v", err)
+	}
+	if b.up != "" {
+		return checkUpstreamBind(b.r)
+	}
+	if err := decodeParams(b.r.Parameters, &b.bp); err != nil {
+		return invalidf("parameters: %v", err)
+	}
+	b.access = plan.Settings().DefaultAccess()
+	if b.bp.Access != "" {
+		b.access = driver.Access(b.bp.Access)
+	}
+	if !plan.Settings().AllowsAccess(b.access) {
+		return invalidf("plan %q does not allow %s bindings", plan.Name, b.access)
+	}
+	if pred != "" && !plan.Rotatable() {
+		return invalidf("plan %q does not allow binding rotation", plan.Name)
+	}
+	if pred == b.req.BindingID && pred != "" {
+		return invalidf("binding %s cannot rotate itself", pred)
+	}
+	return checkFreeForm(b.r)
+}
+
+// rotation returns the access of a new binding: a rotation's is its
+// predecessor's, looked up only when the binding is recorded anew (a
+// replay is answered from its record, whatever became of the predecessor
+// since).
+func (b *bindCall) rotation(ctx context.Context) (driver.Access, error) {
+	pred := b.r.Predecessor
+	if pred == "" {
+		return b.access, nil
+	}
+	p, err := b.e.store.Get(ctx, KindBinding, pred)
+	if errors.Is(err, ErrNotFound) || (err == nil && (p.InstanceID != b.req.InstanceID || p.Phase != PhaseReady)) {
+		return "", invalidf("predecessor binding %s of instance %s does not exist, or is being made or deleted", pred, b.req.InstanceID)
+	} else if err != nil {
+		return "", b.e.storeErr(ctx, err)
+	}
+	if b.bp.Access != "" && driver.Access(b.bp.Access) != driver.Access(p.Access) {
+		return "", invalidf("a rotation keeps its predecessor's access (%s); the parameters ask for %s", p.Access, b.bp.Access)
+	}
+	return driver.Access(p.Access), nil
+}
+
+// fresh makes the record of a binding id never seen.
+func (b *bindCall) fresh(ctx context.Context) (*Record, error) {
+	inst, err := b.e.bindableInstance(ctx, b.req)
+	if err != nil {
+		return nil, err
+	}
+	access, err := b.rotation(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rec := b.e.newBinding(b.req, inst, b.r, b.fp, access)
+	if rec.Upstream = b.up; b.up != "" {
+		rec.UserName, rec.Owner = "", ""
+		return rec, nil
+	}
+	rec.UserAttempted = b.e.userFree(ctx, rec, b.how)
+	return rec, nil
+}
+
+// again makes a deleted or failed binding's record the new request's.
+func (b *bindCall) again(ctx context.Context, rec *Record) error {
+	inst, err := b.e.bindableInstance(ctx, b.req)
+	if err != nil {
+		return err
+	}
+	access, err := b.rotation(ctx)
+	if err != nil {
+		return err
+	}
+	rec.UpstreamOp = UpstreamOp{}
+	if rec.Phase == PhaseDeleted {
+		b.reuseDeleted(ctx, rec)
+	}
+	rec.InstanceID, rec.Bucket, rec.Request, rec.Fingerprint = inst.ID, inst.Bucket, b.r, b.fp
+	rec.Access, rec.Phase = string(access), PhaseProvisioning
+	rec.startOp(b.e.newOp(OpBind, b.req.AcceptsIncomplete, b.req.Identity))
+	return nil
+}
+
+// reuseDeleted readies a deleted binding's record for its id's next bind.
+func (b *bindCall) reuseDeleted(ctx context.Context, rec *Record) {
+	rec.AccessKeyID, rec.SealedSecret = "", nil
+	if b.up != "" || rec.Upstream != "" {
+		// The id may come back for another service: the names are those
+		// of the service asked for now.
+		rec.Upstream, rec.UpstreamAttempted = b.up, false
+		rec.UserAttempted = false
+		rec.UserName, rec.Owner = "", ""
+		if b.up == "" {
+			rec.UserName, rec.Owner = driver.UserName(b.e.prefix, string(KindBinding), rec.ID), driver.OwnerMark(string(KindBinding), rec.ID)
+			rec.UserAttempted = b.e.userFree(ctx, rec, b.how)
+		}
+		return
+	}
+	if !rec.UserAttempted {
+		// An unbind leaves nothing of ours under the name and clears the
+		// flag: look again, as for a new binding. (The flag survives only
+		// in a record whose unbind, by an older version, left our
+		// unmarked user in place: the bind adopts it.)
+		rec.UserAttempted = b.e.userFree(ctx, rec, b.how)
 	}
 }
 

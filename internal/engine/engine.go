@@ -99,7 +99,7 @@ type Engine struct {
 
 	// base ends when the engine stops: workers stop at their next step
 	// boundary. calls ends only when Shutdown's deadline passes: a backend
-	// call in flight is let finish, because a call cancelled on our side
+	// call in flight is let finish, because a call canceled on our side
 	// may still be carried out by the server after we moved on.
 	base        context.Context
 	stop        context.CancelFunc
@@ -257,7 +257,7 @@ func (e *Engine) sweep(ctx context.Context) error {
 
 // Shutdown stops the workers at their next step boundary and waits for
 // them; backend calls in flight are let finish until ctx ends, then
-// cancelled. Unfinished operations stay in progress in the store; the next
+// canceled. Unfinished operations stay in progress in the store; the next
 // Start resumes them.
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.stop()

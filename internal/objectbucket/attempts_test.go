@@ -179,7 +179,7 @@ func TestUnmarkedBucketBeforeClaim(t *testing.T) {
 				t.Errorf("a backend user was made for a refused claim: %+v", obs)
 			}
 			ob := &obv1.ObjectBucket{}
-			if err := k8s.Get(ctx, client.ObjectKey{Name: ObjectBucketName(got.UID)}, ob); err != nil {
+			if err := k8s.Get(ctx, client.ObjectKey{Name: NameForClaim(got.UID)}, ob); err != nil {
 				t.Fatal(err)
 			}
 			if st := ob.Spec.AdditionalState; st[stateBucketAttempted] != "false" || st[stateUserAttempted] != "true" {
@@ -324,7 +324,7 @@ func TestObjectBucketWithoutAttempts(t *testing.T) {
 		t.Fatal("the first manager never created the ObjectBucket")
 	}
 	first.Load().stop()
-	obName := ObjectBucketName(obc.UID)
+	obName := NameForClaim(obc.UID)
 	removeAttempts(ctx, t, obName)
 
 	var flagsAtEnsure []string

@@ -47,8 +47,8 @@ func TestClaimBoundAndDeleted(t *testing.T) {
 		}
 	}
 	wantProvisioned(t, got, ReasonBound)
-	if got.Spec.ObjectBucketName != ObjectBucketName(got.UID) {
-		t.Errorf("spec.objectBucketName = %q, want %q", got.Spec.ObjectBucketName, ObjectBucketName(got.UID))
+	if got.Spec.ObjectBucketName != NameForClaim(got.UID) {
+		t.Errorf("spec.objectBucketName = %q, want %q", got.Spec.ObjectBucketName, NameForClaim(got.UID))
 	}
 	wantBucket := generatedBucketName("photos", got.UID)
 	if got.Annotations[AnnotationBucketName] != wantBucket {

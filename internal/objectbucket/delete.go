@@ -33,7 +33,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (reconcile.R
 	s.phase, s.reason, s.message = obv1.PhaseReleased, ReasonDeleting, "revoking access and deleting the bucket per reclaim policy"
 
 	ob := &obv1.ObjectBucket{}
-	found, err := r.getCachedFirst(ctx, types.NamespacedName{Name: ObjectBucketName(c.UID)}, ob)
+	found, err := r.getCachedFirst(ctx, types.NamespacedName{Name: NameForClaim(c.UID)}, ob)
 	switch {
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("get object bucket: %w", err)
@@ -71,7 +71,7 @@ func (r *Reconciler) reconcileOrphans(ctx context.Context, key types.NamespacedN
 	for i := range list.Items {
 		ob := &list.Items[i]
 		uid := boundUID(ob)
-		if ob.Labels[LabelProvisioner] != r.label || uid == "" || r.finalized.has(uid) || ob.Name != ObjectBucketName(uid) {
+		if ob.Labels[LabelProvisioner] != r.label || uid == "" || r.finalized.has(uid) || ob.Name != NameForClaim(uid) {
 			continue
 		}
 		if live == nil {

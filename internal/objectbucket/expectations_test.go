@@ -33,7 +33,7 @@ func (c cacheOf) List(context.Context, client.ObjectList, ...client.ListOption) 
 func TestWriteSetBehind(t *testing.T) {
 	ctx := context.Background()
 	claim := &obv1.ObjectBucketClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app", UID: "u1", ResourceVersion: "10"}}
-	ob := &obv1.ObjectBucket{ObjectMeta: metav1.ObjectMeta{Name: ObjectBucketName("u1"), ResourceVersion: "11"}}
+	ob := &obv1.ObjectBucket{ObjectMeta: metav1.ObjectMeta{Name: NameForClaim("u1"), ResourceVersion: "11"}}
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app", ResourceVersion: "12"}}
 	at := func(o client.Object, rv string) client.Object {
 		o = o.DeepCopyObject().(client.Object)

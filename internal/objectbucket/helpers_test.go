@@ -410,7 +410,7 @@ func readBinding(ctx context.Context, t *testing.T, obc *obv1.ObjectBucketClaim)
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(obc), b.cm); err != nil {
 		t.Fatalf("get config map: %v", err)
 	}
-	if err := k8s.Get(ctx, client.ObjectKey{Name: ObjectBucketName(b.claim.UID)}, b.ob); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Name: NameForClaim(b.claim.UID)}, b.ob); err != nil {
 		t.Fatalf("get object bucket: %v", err)
 	}
 	b.bucket = b.cm.Data[KeyBucketName]

@@ -78,12 +78,12 @@ const (
 	generatedSuffix = 24
 )
 
-// ObjectBucketName is the name of the ObjectBucket of the claim with the
+// NameForClaim is the name of the ObjectBucket of the claim with the
 // given UID: bounded (40 characters), unique as the UID is, and computable
 // again after a crash or when the claim's spec.objectBucketName was pruned.
 // lib-bucket-provisioner's obc-<namespace>-<name> collides (a-b/c and
 // a/b-c) and has no length bound.
-func ObjectBucketName(uid types.UID) string {
+func NameForClaim(uid types.UID) string {
 	return "obc-" + string(uid)
 }
 

@@ -56,7 +56,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (reconcile.R
 // not provisioned yet.
 func (r *Reconciler) plan(ctx context.Context, s *scope) (reconcile.Result, error) {
 	ob := &obv1.ObjectBucket{}
-	err := r.client.Get(ctx, types.NamespacedName{Name: ObjectBucketName(s.claim.UID)}, ob)
+	err := r.client.Get(ctx, types.NamespacedName{Name: NameForClaim(s.claim.UID)}, ob)
 	switch {
 	case apierrors.IsNotFound(err):
 		ob = nil
@@ -138,7 +138,7 @@ func (r *Reconciler) ensureClaimMeta(ctx context.Context, s *scope) (reconcile.R
 	c.Annotations[AnnotationProvisioner] = r.opts.ProvisionerName
 	c.Annotations[AnnotationBucketName] = s.plan.bucket
 	// A CRD that prunes this field drops it; nothing depends on it.
-	c.Spec.ObjectBucketName = ObjectBucketName(c.UID)
+	c.Spec.ObjectBucketName = NameForClaim(c.UID)
 	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), ignoreUnknown); err != nil {
 		return reconcile.Result{}, fmt.Errorf("patch claim: %w", err)
 	}
@@ -169,7 +169,7 @@ func (r *Reconciler) ensureObjectBucket(ctx context.Context, s *scope) (reconcil
 	c, p := s.claim, s.plan
 	ob := &obv1.ObjectBucket{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        ObjectBucketName(c.UID),
+			Name:        NameForClaim(c.UID),
 			Labels:      map[string]string{LabelProvisioner: r.label, LabelClaimUID: string(c.UID)},
 			Annotations: recordAnnotations(c, p),
 			Finalizers:  []string{Finalizer},
@@ -693,7 +693,7 @@ func (r *Reconciler) userTaken(s *scope, err error) (reconcile.Result, error) {
 
 // StashName names the Secret, in the claim's namespace, that holds the
 // claim's keys while its Secret is recreated.
-func StashName(uid types.UID) string { return ObjectBucketName(uid) + "-keys" }
+func StashName(uid types.UID) string { return NameForClaim(uid) + "-keys" }
 
 // stash returns the claim's stash Secret, or nil when there is none of
 // ours: from the cache (it carries our label), else from the API server.
@@ -707,7 +707,7 @@ func (r *Reconciler) stash(ctx context.Context, s *scope) (*corev1.Secret, error
 	return st, nil
 }
 
-// stashKeys writes data to the claim's stash Secret (labelled, controlled
+// stashKeys writes data to the claim's stash Secret (labeled, controlled
 // by the claim, no finalizer: garbage collection removes it with the claim).
 func (r *Reconciler) stashKeys(ctx context.Context, s *scope, data map[string][]byte) error {
 	st, err := r.stash(ctx, s)

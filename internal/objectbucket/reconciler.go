@@ -176,7 +176,7 @@ func NewReconciler(mgr ctrl.Manager, drv driver.Driver, opts Options) (*Reconcil
 }
 
 // CacheOptions restricts the manager's cache of Secrets and ConfigMaps to
-// those labelled for the provisioner: the controller never holds the
+// those labeled for the provisioner: the controller never holds the
 // cluster's other Secrets in memory.
 func CacheOptions(provisionerName string) cache.Options {
 	if provisionerName == "" {

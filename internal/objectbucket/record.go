@@ -113,7 +113,7 @@ func boundUID(ob *obv1.ObjectBucket) types.UID {
 	if ref != "" {
 		return ref
 	}
-	uid, ok := strings.CutPrefix(ob.Name, ObjectBucketName(""))
+	uid, ok := strings.CutPrefix(ob.Name, NameForClaim(""))
 	if ok && uid != "" && planOf(ob).owner == driver.OwnerMark(claimKind, uid) {
 		return types.UID(uid)
 	}

@@ -155,7 +155,7 @@ type DeleteRequest struct {
 }
 
 func (r DeleteRequest) values() url.Values {
-	return r.Call.query(url.Values{"service_id": {r.ServiceID}, "plan_id": {r.PlanID}})
+	return r.query(url.Values{"service_id": {r.ServiceID}, "plan_id": {r.PlanID}})
 }
 
 // DeleteResponse is the answer to a deprovision or unbind: Status 200 (done)
@@ -317,7 +317,7 @@ func (b Binding) LogValue() slog.Value { return slog.StringValue(b.String()) }
 // Bind creates binding bindingID of instance instanceID.
 func (c *Client) Bind(ctx context.Context, instanceID, bindingID string, req BindRequest) (*Binding, error) {
 	path := bindingPath(instanceID, bindingID)
-	status, data, err := c.call(ctx, http.MethodPut, path, req.Call.query(nil), req, req.Identity, http.StatusOK, http.StatusCreated, http.StatusAccepted)
+	status, data, err := c.call(ctx, http.MethodPut, path, req.query(nil), req, req.Identity, http.StatusOK, http.StatusCreated, http.StatusAccepted)
 	if err != nil {
 		return nil, err
 	}

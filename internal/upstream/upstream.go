@@ -31,7 +31,7 @@ type Config struct {
 	Metrics *Metrics
 }
 
-// ErrFilter: the upstream's catalog leaves nothing to serve, or lacks what
+// ErrFilter means the upstream's catalog leaves nothing to serve, or lacks what
 // the service or plan filter names.
 var ErrFilter = errors.New("catalog does not fit the filter")
 

@@ -635,7 +635,7 @@ func (x *claimsChaos) checkLiveClaim(c *chaosClaim) {
 	if !ready(obc) {
 		x.v.mark(lost, "live claim %s is not Ready: %s", c.name, conditions(obc))
 	}
-	if want := objectbucket.ObjectBucketName(c.uid); obc.Spec.ObjectBucketName != want {
+	if want := objectbucket.NameForClaim(c.uid); obc.Spec.ObjectBucketName != want {
 		x.v.mark(lost, "claim %s: spec.objectBucketName %q, want %q", c.name, obc.Spec.ObjectBucketName, want)
 	}
 	bucket := obc.Annotations[objectbucket.AnnotationBucketName]
@@ -695,7 +695,7 @@ func (x *claimsChaos) checkObjects(live map[types.UID]*chaosClaim) {
 			continue
 		}
 		seen[uid]++
-		if ob.Name != objectbucket.ObjectBucketName(c.uid) || ob.Status.Phase != obv1.PhaseBound ||
+		if ob.Name != objectbucket.NameForClaim(c.uid) || ob.Status.Phase != obv1.PhaseBound ||
 			ob.Spec.Endpoint == nil || ob.Spec.Endpoint.BucketName != c.bucket {
 			x.v.mark(lost, "ObjectBucket %s of claim %s: phase %q, endpoint %+v; want Bound, bucket %s", ob.Name, c.name, ob.Status.Phase, ob.Spec.Endpoint, c.bucket)
 		}

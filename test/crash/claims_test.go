@@ -282,7 +282,7 @@ func runClaimCell(t *testing.T, api *harness.APIServer, kubeconfig string, point
 	if r.start(point) && r.foreignBucket() && r.createClaim() &&
 		(deletion || repair || r.crashAndRestart()) && r.waitBound() {
 		r.checkBound()
-		if repair && !(r.deleteSecret() && r.crashAndRestart() && r.waitSecretRemade()) {
+		if repair && (!r.deleteSecret() || !r.crashAndRestart() || !r.waitSecretRemade()) {
 			r.ctl.Stop()
 			return result{outcome: r.out, notes: r.notes, took: time.Since(start)}
 		}
@@ -411,7 +411,7 @@ func (r *claimRun) checkBound() {
 	if !ready(c) {
 		r.mark(lost, "the Bound claim is not Ready: %s", conditions(c))
 	}
-	if want := objectbucket.ObjectBucketName(r.uid); c.Spec.ObjectBucketName != want {
+	if want := objectbucket.NameForClaim(r.uid); c.Spec.ObjectBucketName != want {
 		r.mark(lost, "claim spec.objectBucketName %q, want %q", c.Spec.ObjectBucketName, want)
 	}
 

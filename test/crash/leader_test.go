@@ -451,7 +451,7 @@ func (l *leaderRun) checkBound(names []string, c *harness.Controller) {
 		if bucket == "" || !ready(&claim) {
 			l.t.Errorf("claim %s: bucket %q, %s; want a bucket and Ready", n, bucket, conditions(&claim))
 		}
-		if want := objectbucket.ObjectBucketName(claim.UID); claim.Spec.ObjectBucketName != want {
+		if want := objectbucket.NameForClaim(claim.UID); claim.Spec.ObjectBucketName != want {
 			l.t.Errorf("claim %s: spec.objectBucketName %q, want %q", n, claim.Spec.ObjectBucketName, want)
 		}
 		switch mine := obs[claim.UID]; {

@@ -77,7 +77,8 @@ func wantError(t *testing.T, what string, err error, status int, code, descConta
 }
 
 func asError(err error) *osbclient.Error {
-	e, _ := err.(*osbclient.Error)
+	var e *osbclient.Error
+	errors.As(err, &e)
 	return e
 }
 

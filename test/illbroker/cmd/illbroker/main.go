@@ -44,8 +44,8 @@ func run(listen string, cfg illbroker.Config) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	slog.Info("Serving", "addr", l.Addr().String(), "seed", cfg.Seed, "asyncDelay", cfg.AsyncDelay,
-		"failRate", cfg.FailRate, "failedOpRate", cfg.FailedOpRate, "duplicateStatus", cfg.DuplicateStatus)
+	slog.Info("Serving", "addr", l.Addr().String(), "seed", cfg.Seed, "async_delay", cfg.AsyncDelay,
+		"fail_rate", cfg.FailRate, "failed_op_rate", cfg.FailedOpRate, "duplicate_status", cfg.DuplicateStatus)
 	srv := &http.Server{Handler: illbroker.New(cfg), ReadHeaderTimeout: 10 * time.Second}
 	return srv.Serve(l)
 }
