@@ -85,7 +85,7 @@ func (r *Reconciler) reconcileOrphans(ctx context.Context, key types.NamespacedN
 		}
 		ghost := &obv1.ObjectBucketClaim{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, UID: uid}}
 		s := &scope{claim: ghost, base: ghost.DeepCopy()}
-		log := logf.FromContext(ctx).WithValues("objectBucket", ob.Name, "claimUID", uid)
+		log := logf.FromContext(ctx).WithValues("object_bucket", ob.Name, "claim_uid", uid)
 		log.Info("Claim gone without its deletion: undoing what was made for it")
 		if res, err := r.undo(ctx, s, ob); err != nil || !res.IsZero() || s.stopped {
 			return res, err

@@ -941,7 +941,7 @@ func (r *Reconciler) bind(ctx context.Context, s *scope) (reconcile.Result, erro
 	}
 	s.phase, s.reason, s.message = obv1.PhaseBound, ReasonBound, fmt.Sprintf("bucket %s is bound", s.plan.bucket)
 	if s.base.Status.Phase != obv1.PhaseBound {
-		logf.FromContext(ctx).Info("Claim bound", "bucket", s.plan.bucket, "objectBucket", s.ob.Name)
+		logf.FromContext(ctx).Info("Claim bound", "bucket", s.plan.bucket, "object_bucket", s.ob.Name)
 		r.event(s, s.ob, corev1.EventTypeNormal, ReasonBound, "Provision", "Bucket %s is bound", s.plan.bucket)
 	}
 	return reconcile.Result{}, nil

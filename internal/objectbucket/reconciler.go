@@ -234,7 +234,7 @@ func claimOfBucket(_ context.Context, o client.Object) []reconcile.Request {
 func (r *Reconciler) claimsOfClass(ctx context.Context, o client.Object) []reconcile.Request {
 	var list obv1.ObjectBucketClaimList
 	if err := r.client.List(ctx, &list, client.MatchingFields{indexStorageClass: o.GetName()}); err != nil {
-		logf.FromContext(ctx).Error(err, "List claims of a storage class", "storageClass", o.GetName())
+		logf.FromContext(ctx).Error(err, "List claims of a storage class", "storage_class", o.GetName())
 		return nil
 	}
 	reqs := make([]reconcile.Request, 0, len(list.Items))
