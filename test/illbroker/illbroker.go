@@ -50,6 +50,9 @@ type Config struct {
 	// (instance) — 409 or 500, "name taken"; 0 picks one of the two at
 	// random for each. A duplicate bind always answers 500.
 	DuplicateStatus int
+	// NotRetrievable leaves instances_retrievable and bindings_retrievable
+	// out of the catalog (GET still answers).
+	NotRetrievable bool
 }
 
 // State is what the inspection endpoint reports: per id, how often the
@@ -187,7 +190,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) catalog(w http.ResponseWriter) {
 	writeJSON(w, http.StatusOK, map[string]any{"services": []any{map[string]any{
 		"id": ServiceID, "name": "ill-db", "description": "A database broker that is not duplicate-safe",
-		"bindable": true, "instances_retrievable": true, "bindings_retrievable": true, "plan_updateable": true,
+		"bindable": true, "instances_retrievable": !s.cfg.NotRetrievable, "bindings_retrievable": !s.cfg.NotRetrievable, "plan_updateable": true,
 		"plans": []any{
 			map[string]any{"id": PlanSync, "name": "sync", "description": "Provisioned while you wait",
 				"maintenance_info": map[string]any{"version": MaintenanceVersion}},
