@@ -3,7 +3,9 @@ package upstream_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/bucketbroker/bucketbroker/internal/engine"
@@ -132,5 +134,25 @@ func TestAdoptedInstanceHasItsDashboard(t *testing.T) {
 			}
 			e.noErrorLines()
 		})
+	}
+}
+
+func TestRotationOfAPlanNotRotatableIsRefused(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	ctx := context.Background()
+	if _, err := e.eng.Provision(ctx, provision("i-rot", illbroker.PlanSync, false, "")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.eng.Bind(ctx, bind("i-rot", "b-old")); err != nil {
+		t.Fatal(err)
+	}
+	req := bind("i-rot", "b-new")
+	req.PredecessorBindingID = "b-old"
+	_, err := e.eng.Bind(ctx, req)
+	if !errors.Is(err, engine.ErrInvalid) || !strings.Contains(err.Error(), "binding_rotatable") {
+		t.Fatalf("rotation on a plan the upstream does not say binding_rotatable for: %v, want 400 saying so", err)
+	}
+	if bs := e.ib.State().Bindings["b-new"]; bs != nil {
+		t.Fatalf("the refused rotation reached the upstream: %+v", bs)
 	}
 }
