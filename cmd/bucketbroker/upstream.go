@@ -25,7 +25,7 @@ type upstreamSources struct {
 func (o *upstreamSources) bind(f *pflag.FlagSet) {
 	f.StringArrayVar(&o.flags, "upstream", nil, "serve the services of the OSB broker at URL too, as upstream NAME (NAME=URL; repeatable); its basic auth comes from BUCKETBROKER_UPSTREAM_<NAME>_USERNAME and _PASSWORD")
 	f.StringVar(&o.configFile, "upstream-config", "", "YAML or JSON file of upstream brokers (name, url, username, passwordFile or passwordEnv, tls, services and plans filters); see docs/upstream.md")
-	f.BoolVar(&o.bucketService, "bucket-service", true, "serve the bucket service; =false serves only the upstreams' services and starts no storage backend")
+	f.BoolVar(&o.bucketService, "bucket-service", true, "the bucket service and its storage backend; =false serves (admin audit: audits) only the upstreams' services and starts no storage backend")
 }
 
 // configs reads the upstreams from the file and the flags, refusing two of
