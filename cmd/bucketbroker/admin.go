@@ -76,6 +76,7 @@ type auditOptions struct {
 	fix, yes bool
 	purge    bool
 	timeout  time.Duration
+	ups      upstreamSources
 }
 
 func newAuditCommand() *cobra.Command {
@@ -101,6 +102,14 @@ mark again first: buckets only when empty (unless --purge), users with their key
 and policies. Missing resources are only reported: the platform must deprovision
 and provision (unbind and bind) again. --fix asks for confirmation on the
 terminal unless --yes; without a terminal it needs --yes.
+
+With serve's --upstream or --upstream-config flags it also compares each ready
+record of an upstream's service with the upstream's GET, where its catalog says
+instances_retrievable (bindings_retrievable): missing, a record the upstream
+does not know; differs, an instance of another service or plan upstream. Where
+the catalog does not offer GET, the record is listed as not judged. --fix
+never acts on upstream findings (report only). --bucket-service=false audits
+the upstreams' records only, without a storage backend.
 
 The storage flags are serve's. With --driver embedded the audit starts the
 embedded server on --data-dir itself, on serve's addresses; while serve runs
@@ -150,6 +159,7 @@ Exit status: 0 no drift (or all of it fixed), 1 the audit could not run,
 	f.BoolVar(&o.yes, "yes", false, "with --fix: do not ask for confirmation")
 	f.BoolVar(&o.purge, "purge", false, "with --fix: delete leaked buckets that still hold objects, objects and all")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
+	o.ups.bind(f)
 	return cmd
 }
 
@@ -161,7 +171,11 @@ func runAudit(cmd *cobra.Command, o auditOptions) (drift bool, err error) {
 	if o.cfg.DataDir, err = filepath.Abs(o.cfg.DataDir); err != nil {
 		return false, fmt.Errorf("data dir: %w", err)
 	}
-	if o.cfg.Driver == backend.DriverEmbedded || o.cfg.Driver == "" {
+	ups, err := o.ups.auditUpstreams(ctx)
+	if err != nil {
+		return false, err
+	}
+	if o.ups.bucketService && (o.cfg.Driver == backend.DriverEmbedded || o.cfg.Driver == "") {
 		if err := embeddedDataExists(o.cfg); err != nil {
 			return false, err
 		}
@@ -171,36 +185,62 @@ func runAudit(cmd *cobra.Command, o auditOptions) (drift bool, err error) {
 		return false, err
 	}
 	defer store.Close()
+	opts := audit.Options{Store: store, Upstreams: ups, Prefix: o.cfg.Prefix, Purge: o.purge}
+	if o.ups.bucketService {
+		var ab auditBackend
+		if ab, err = startAuditBackend(ctx, o.cfg); err != nil {
+			return false, err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if serr := ab.be.Stop(sctx); serr != nil && err == nil {
+				err = fmt.Errorf("stop the embedded server: %w", serr)
+			}
+		}()
+		opts.Driver = ab
+	}
+	return auditReport(ctx, cmd, o, opts)
+}
 
+// auditBackend is the audit's driver and the backend that serves it.
+type auditBackend struct {
+	audit.Driver
+	be *backend.Backend
+}
+
+// startAuditBackend starts the storage backend an audit compares.
+func startAuditBackend(ctx context.Context, cfg backend.Config) (auditBackend, error) {
 	var be *backend.Backend
 	// versitygw prints its start-up lines to standard output, where they
 	// would spoil --output json.
-	err = withStdoutOnStderr(func() error {
-		be, err = backend.Start(ctx, o.cfg)
+	err := withStdoutOnStderr(func() (err error) {
+		be, err = backend.Start(ctx, cfg)
 		return err
 	})
 	if errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, s3gateway.ErrDataDirInUse) {
-		return false, fmt.Errorf("the embedded server's data dir or its address %s or %s is in use: is `bucketbroker serve` running on %s? "+
+		return auditBackend{}, fmt.Errorf("the embedded server's data dir or its address %s or %s is in use: is `bucketbroker serve` running on %s? "+
 			"Audit the running server instead: --driver s3iam --s3-endpoint http://%s --iam-endpoint http://%s --path-style, "+
 			"with BUCKETBROKER_S3_ROOT_ACCESS_KEY and BUCKETBROKER_S3_ROOT_SECRET_KEY from %s",
-			o.cfg.S3Listen, o.cfg.IAMListen, o.cfg.DataDir, o.cfg.S3Listen, o.cfg.IAMListen,
-			filepath.Join(o.cfg.DataDir, "s3-root-credentials.json"))
+			cfg.S3Listen, cfg.IAMListen, cfg.DataDir, cfg.S3Listen, cfg.IAMListen,
+			filepath.Join(cfg.DataDir, "s3-root-credentials.json"))
 	}
 	if err != nil {
-		return false, err
+		return auditBackend{}, err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if serr := be.Stop(sctx); serr != nil && err == nil {
-			err = fmt.Errorf("stop the embedded server: %w", serr)
-		}
-	}()
 	drv, ok := be.Driver.(audit.Driver)
 	if !ok {
-		return false, fmt.Errorf("driver %T cannot list what it made: no audit", be.Driver)
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = be.Stop(sctx)
+		return auditBackend{}, fmt.Errorf("driver %T cannot list what it made: no audit", be.Driver)
 	}
-	opts := audit.Options{Store: store, Driver: drv, Prefix: o.cfg.Prefix, Purge: o.purge}
+	return auditBackend{Driver: drv, be: be}, nil
+}
+
+// auditReport runs the audit, fixes when asked, prints the report, and
+// says whether drift remains.
+func auditReport(ctx context.Context, cmd *cobra.Command, o auditOptions, opts audit.Options) (bool, error) {
 	rep, err := audit.Run(ctx, opts)
 	if err != nil {
 		return false, err

@@ -35,6 +35,7 @@ func TestStorageFlagsDeclaredOnce(t *testing.T) {
 		{[]string{"driver", "data-dir", "s3-listen", "iam-listen", "s3-endpoint", "iam-endpoint", "region", "path-style", "name-prefix"}, backend},
 		{[]string{"public-s3-endpoint", "pprof-listen"}, [][]string{{"serve"}, {"controller"}}},
 		{[]string{"store", "data-dir"}, storeOnly},
+		{[]string{"upstream", "upstream-config", "bucket-service"}, [][]string{{"serve"}, {"admin", "audit"}}},
 	} {
 		for _, name := range tc.flags {
 			var first *pflag.Flag

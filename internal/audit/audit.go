@@ -27,8 +27,12 @@ type Driver interface {
 
 // Options configure an audit.
 type Options struct {
-	Store  Store
+	Store Store
+	// Driver is the storage backend's; nil audits the upstreams' records
+	// only (a broker started with --bucket-service=false).
 	Driver Driver
+	// Upstreams are compared with the records of their services.
+	Upstreams []Upstream
 	// Prefix is the broker's name prefix (serve --name-prefix): only
 	// resources named under it are judged.
 	Prefix string
@@ -113,16 +117,19 @@ func (r *Report) Drift() bool {
 // Run compares the backend with the store and reports the differences. It
 // changes nothing.
 func Run(ctx context.Context, opts Options) (*Report, error) {
-	if opts.Store == nil || opts.Driver == nil {
-		return nil, errors.New("audit: store and driver are required")
+	if opts.Store == nil || (opts.Driver == nil && len(opts.Upstreams) == 0) {
+		return nil, errors.New("audit: a store and a driver or an upstream are required")
 	}
 	if err := driver.ValidatePrefix(opts.Prefix); err != nil {
 		return nil, err
 	}
 	// The backend first: see the package documentation.
-	inv, err := opts.Driver.Inventory(ctx, opts.Prefix+"-")
-	if err != nil {
-		return nil, fmt.Errorf("list the backend: %w", err)
+	var inv driver.Inventory
+	if opts.Driver != nil {
+		var err error
+		if inv, err = opts.Driver.Inventory(ctx, opts.Prefix+"-"); err != nil {
+			return nil, fmt.Errorf("list the backend: %w", err)
+		}
 	}
 	recs, err := opts.Store.List(ctx, engine.ListOptions{})
 	if err != nil {
@@ -139,9 +146,11 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep := &Report{Prefix: opts.Prefix, Buckets: len(inv.Buckets), Users: len(inv.Users), Records: len(recs),
 		Findings: []Finding{}, Skipped: []Skipped{}} // [] in JSON, not null
 	j := newJudge(opts.Prefix, recs, rep)
+	j.noDriver = opts.Driver == nil
 	j.buckets(inv.Buckets)
 	j.users(inv.Users)
 	j.missing(inv)
+	j.upstreams(ctx, opts.Upstreams)
 	slices.SortFunc(rep.Findings, func(a, b Finding) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Resource, b.Resource), cmp.Compare(a.User, b.User), cmp.Compare(a.Name, b.Name))
 	})
@@ -156,6 +165,8 @@ type judge struct {
 	// tombstone.
 	live, gone map[string]*engine.Record
 	recs       []*engine.Record
+	// noDriver: no storage backend to compare bucket records with.
+	noDriver bool
 }
 
 func newJudge(prefix string, recs []*engine.Record, rep *Report) *judge {
@@ -268,8 +279,10 @@ func (j *judge) missing(inv driver.Inventory) {
 			continue
 		}
 		if r.Upstream != "" {
-			j.rep.Skipped = append(j.rep.Skipped, Skipped{Record: recordName(r),
-				Reason: fmt.Sprintf("it is upstream %q's: the audit compares buckets and users only", r.Upstream)})
+			continue // j.upstreams
+		}
+		if j.noDriver {
+			j.skip(r, "no storage backend was audited (--bucket-service=false)")
 			continue
 		}
 		name := r.Bucket

@@ -26,6 +26,25 @@
 //   - unknown-key: a key of a live binding's user other than the one the
 //     record holds.
 //
+// # Upstream records
+//
+// A record of an upstream broker's service (Record.Upstream) has no
+// bucket or user: with Options.Upstreams, each ready one whose operation
+// has ended is compared with the upstream's GET (Upstream.Observe), where
+// the upstream's catalog offers it (instances_retrievable,
+// bindings_retrievable):
+//
+//   - missing: the upstream answers the GET not found.
+//   - differs: the upstream has the instance under another service or plan.
+//
+// A record the catalog offers no GET for, one of an upstream the audit was
+// not given, or one whose GET failed is listed as not judged, saying why.
+// OSB offers no listing, so what an upstream holds without a record (a
+// leak) cannot be found. Upstream findings are reported only: Fix never
+// acts on them (a missing instance cannot be made again with its data,
+// and changing what the upstream holds is the platform's call). A nil
+// Driver audits the upstream records only.
+//
 // # Fix
 //
 // Fix removes leaks and unknown keys, through the driver, which checks the

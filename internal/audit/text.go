@@ -52,6 +52,9 @@ func (r *Report) summary() string {
 		}
 	}
 	s := fmt.Sprintf("%d findings: %d leaks, %d missing, %d unknown keys.", len(r.Findings), counts[KindLeak], counts[KindMissing], counts[KindUnknownKey])
+	if counts[KindDiffers] > 0 {
+		s = fmt.Sprintf("%d findings: %d leaks, %d missing, %d unknown keys, %d differing upstream.", len(r.Findings), counts[KindLeak], counts[KindMissing], counts[KindUnknownKey], counts[KindDiffers])
+	}
 	if r.Fixed {
 		s += fmt.Sprintf(" Fixed %d; %d remain.", fixed, remaining)
 	}

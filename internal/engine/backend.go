@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
@@ -137,19 +136,9 @@ func (w *Work) SealCredentials(creds json.RawMessage) error {
 func (w *Work) RevokeBindings(ctx context.Context) error { return w.e.revokeBindings(ctx, w.Rec) }
 
 // Identity is the X-Broker-API-Originating-Identity header of the request
-// that started the operation, as the platform sent it (empty when the
-// engine started it: the unbind of a binding by its instance's
-// deprovision).
-func (w *Work) Identity() string {
-	if strings.HasPrefix(w.Rec.Op.Identity, revokeIdentity) {
-		return ""
-	}
-	return w.Rec.Op.Identity
-}
-
-// revokeIdentity starts the Identity revokeBindings records on the unbinds
-// it starts (steps.go), which is no platform's header.
-const revokeIdentity = "deprovision of instance "
+// that started the operation, as the platform sent it (empty when it sent
+// none). The unbinds a deprovision starts carry the deprovision's.
+func (w *Work) Identity() string { return w.Rec.Op.Identity }
 
 // Logger is the engine's logger, for the backend's own lines. Never log
 // credentials.

@@ -93,7 +93,7 @@ func (b *bindCall) check() error {
 		return invalidf("%v", err)
 	}
 	if b.up != "" {
-		return checkUpstreamBind(b.r)
+		return checkUpstreamBind(plan, b.r, b.req.BindingID)
 	}
 	if err := decodeParams(b.r.Parameters, &b.bp); err != nil {
 		return invalidf("parameters: %v", err)
@@ -320,10 +320,14 @@ func (e *Engine) bindResult(rec *Record, res Result) (BindResult, error) {
 }
 
 // checkUpstreamBind checks a bind of an upstream's service before it is
-// recorded.
-func checkUpstreamBind(r Request) error {
-	if r.Predecessor != "" {
-		return invalidf("binding rotation is not offered for services of upstream brokers")
+// recorded. A rotation (the predecessor is forwarded upstream) needs a
+// plan the upstream's catalog says binding_rotatable.
+func checkUpstreamBind(plan *catalog.Plan, r Request, id string) error {
+	switch {
+	case r.Predecessor != "" && !plan.Rotatable():
+		return invalidf("plan %q does not allow binding rotation: the upstream broker's catalog does not say binding_rotatable for it", plan.Name)
+	case r.Predecessor != "" && r.Predecessor == id:
+		return invalidf("binding %s cannot rotate itself", id)
 	}
 	return checkFreeForm(r)
 }

@@ -41,6 +41,9 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 		OrganizationGUID: req.OrganizationGUID, SpaceGUID: req.SpaceGUID, Context: req.Context,
 		Maintenance: plan.Maintenance().Version}
 	fp := fingerprint("", r)
+	// An upstream gets the request's maintenance_info only when it had
+	// one; parameters and context are the record's (as sent).
+	sent := &Sent{Maintenance: req.MaintenanceVersion}
 	rec, created, err := e.recordCreation(ctx, creation{
 		kind: KindInstance, id: req.InstanceID, op: OpProvision,
 		same: func(rec *Record) bool { return rec.Fingerprint == fp },
@@ -60,6 +63,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 			fresh := e.newInstance(req.InstanceID, r, fp, e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
 			if fresh.Upstream = up; up != "" {
 				fresh.Bucket, fresh.Owner = "", ""
+				fresh.Op.Sent = sent
 				return fresh, nil
 			}
 			fresh.BucketAttempted = e.bucketFree(ctx, fresh, how)
@@ -79,6 +83,9 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 			rec.UpstreamOp = UpstreamOp{}
 			rec.Request, rec.Fingerprint, rec.Phase = r, fp, PhaseProvisioning
 			rec.startOp(e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
+			if up != "" {
+				rec.Op.Sent = sent
+			}
 			return nil
 		},
 	})
@@ -306,6 +313,10 @@ func (e *Engine) Update(ctx context.Context, req UpdateRequest) (Result, error) 
 		rec.Phase = PhaseUpdating
 		rec.startOp(e.newOp(OpUpdate, req.AcceptsIncomplete, req.Identity))
 		rec.Op.Target = &target
+		if rec.Upstream != "" {
+			// The upstream gets what the platform sent, not the merge.
+			rec.Op.Sent = &Sent{Parameters: params, Context: req.Context, Maintenance: req.MaintenanceVersion}
+		}
 		if err := e.save(ctx, rec); errors.Is(err, ErrStale) {
 			continue
 		} else if err != nil {

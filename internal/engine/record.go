@@ -74,10 +74,39 @@ type Operation struct {
 	EndedAt  time.Time `json:"endedAt,omitzero"`
 	// Target is the request an update applies (plan and parameters).
 	Target *Request `json:"target,omitempty"`
+	// Sent is what the platform's request sent for an upstream record's
+	// provision or update, which the upstream backend forwards as sent
+	// (Target and Request hold the merged, canonical state instead). Nil
+	// for bucket records, for other operations, and in records written
+	// before it existed (whose operation forwards as before).
+	Sent *Sent `json:"sent,omitempty"`
 	// Refused marks a failed operation that the backend refused for good
 	// (driver.ErrInvalid: a 4xx no retry fixes): the request's error, not
 	// the broker's, answered 422 instead of 500.
 	Refused bool `json:"refused,omitempty"`
+}
+
+// Sent is the part of a platform's provision or update request that an
+// upstream broker gets as the platform sent it. Each field is empty when
+// the request had none. A provision's parameters and context are its
+// record's Request (as sent), so its Sent holds maintenance_info only.
+type Sent struct {
+	// Parameters is the canonical JSON of the request's parameters (an
+	// update's: only those the platform changes).
+	Parameters json.RawMessage `json:"parameters,omitempty"`
+	// Context is the request's context object, as sent.
+	Context json.RawMessage `json:"context,omitempty"`
+	// Maintenance is the request's maintenance_info.version.
+	Maintenance string `json:"maintenance,omitempty"`
+}
+
+func (s *Sent) clone() *Sent {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.Parameters, c.Context = cloneBytes(s.Parameters), cloneBytes(s.Context)
+	return &c
 }
 
 // Finished reports whether the operation has ended.
@@ -196,6 +225,7 @@ func (r *Record) Clone() *Record {
 		t := r.Op.Target.clone()
 		c.Op.Target = &t
 	}
+	c.Op.Sent = r.Op.Sent.clone()
 	c.History = append([]Operation(nil), r.History...)
 	return &c
 }
@@ -208,7 +238,7 @@ const maxHistory = 8
 func (r *Record) startOp(op Operation) {
 	if r.Op.ID != "" {
 		prev := r.Op
-		prev.Target = nil
+		prev.Target, prev.Sent = nil, nil
 		if !prev.Finished() {
 			// A poll for the halted operation must not see it run forever.
 			prev.State, prev.EndedAt = OpFailed, op.StartedAt

@@ -252,7 +252,9 @@ func (e *Engine) revokeBindings(ctx context.Context, inst *Record) error {
 				failed++
 				fallthrough
 			default:
-				b.startOp(e.newOp(OpUnbind, true, "deprovision of instance "+inst.ID))
+				// The deprovision's originating identity: the
+				// platform user who caused this unbind.
+				b.startOp(e.newOp(OpUnbind, true, inst.Op.Identity))
 				b.Op.Deadline = inst.Op.Deadline
 				b.Phase = PhaseDeprovisioning
 				if err := e.save(ctx, b); err != nil && !errors.Is(err, ErrStale) {

@@ -283,6 +283,9 @@ type BindRequest struct {
 	BindResource json.RawMessage `json:"bind_resource,omitempty"`
 	Context      json.RawMessage `json:"context,omitempty"`
 	Parameters   json.RawMessage `json:"parameters,omitempty"`
+	// PredecessorBindingID rotates that binding (OSB 2.17; only for a
+	// binding_rotatable plan).
+	PredecessorBindingID string `json:"predecessor_binding_id,omitempty"`
 }
 
 // Binding is a bind answer or a GET of a binding. Credentials stay raw:

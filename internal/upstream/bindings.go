@@ -71,6 +71,7 @@ func (u *Upstream) createBinding(ctx context.Context, w *engine.Work, sent *bool
 		Call:      osbclient.Call{AcceptsIncomplete: true, Identity: w.Identity()},
 		ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID, AppGUID: rec.Request.AppGUID,
 		BindResource: rec.Request.BindResource, Context: rec.Request.Context, Parameters: rec.Request.Parameters,
+		PredecessorBindingID: rec.Request.Predecessor,
 	}
 	var creds json.RawMessage
 	var accepted *osbclient.Binding

@@ -97,6 +97,7 @@ func (u *Upstream) provisionPolled(ctx context.Context, w *engine.Work) error {
 	w.Rec.UpstreamOp = engine.UpstreamOp{}
 	switch end {
 	case endSucceeded:
+		u.fetchDashboard(ctx, w) // an adopted creation's 202 was not ours to read
 		return w.Finish(ctx, nil)
 	case endGone:
 		if err := w.Save(ctx); err != nil {
@@ -120,6 +121,9 @@ func (u *Upstream) createInstance(ctx context.Context, w *engine.Work, sent *boo
 		Context: rec.Request.Context, Parameters: rec.Request.Parameters,
 		MaintenanceInfo: maintenanceInfo(rec.Request.Maintenance),
 	}
+	if s := rec.Op.Sent; s != nil { // nil: recorded before Sent existed
+		req.MaintenanceInfo = maintenanceInfo(s.Maintenance)
+	}
 	var c created
 	err := w.Step(ctx, "provision upstream", func(ctx context.Context) error {
 		resp, err := u.client.Provision(ctx, rec.ID, req)
@@ -135,14 +139,14 @@ func (u *Upstream) createInstance(ctx context.Context, w *engine.Work, sent *boo
 		if refused(err) {
 			return classify(err)
 		}
-		state, found, lerr := u.lookInstance(ctx, rec)
+		state, dashboard, found, lerr := u.lookInstance(ctx, rec)
 		if lerr != nil {
 			return fmt.Errorf("%w (and a look at the instance failed: %w)", err, lerr)
 		}
 		if !found {
 			return err // not there: send it again
 		}
-		c = created{adopted: true, state: state}
+		c = created{adopted: true, state: state, dashboard: dashboard}
 		return nil
 	})
 	return c, err
@@ -177,35 +181,57 @@ func (u *Upstream) createGaveUp(ctx context.Context, w *engine.Work, err error) 
 
 // lookInstance asks the upstream whether the instance exists: its
 // last_operation (without an operation, so the latest), then, where that
-// says nothing and the service is instances_retrievable, a GET. found is
-// false when the upstream does not know the id.
-func (u *Upstream) lookInstance(ctx context.Context, rec *engine.Record) (state string, found bool, err error) {
+// says nothing and the service is instances_retrievable, a GET, whose
+// dashboard_url it returns. found is false when the upstream does not know
+// the id.
+func (u *Upstream) lookInstance(ctx context.Context, rec *engine.Record) (state, dashboard string, found bool, err error) {
 	poll := osbclient.PollRequest{ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID}
 	retrievable := u.service(rec.Request.ServiceID).InstancesRetrievable
 	lo, err := u.client.InstanceLastOperation(ctx, rec.ID, poll)
 	if err == nil && (lo.State != osbclient.StateSucceeded || !retrievable) {
-		return lo.State, true, nil
+		return lo.State, "", true, nil
 	}
 	if err == nil {
 		// Succeeded may be a deprovision's: GET tells.
 		err = &osbclient.Error{Status: http.StatusNotFound}
 	}
 	if !osbclient.Answered(err) || (!refused(err) && !notFound(err)) {
-		return "", false, err
+		return "", "", false, err
 	}
 	if !retrievable {
 		if notFound(err) {
-			return "", false, nil
+			return "", "", false, nil
 		}
-		return "", false, err
+		return "", "", false, err
 	}
-	if _, err := u.client.GetInstance(ctx, rec.ID, poll); err != nil {
+	in, err := u.client.GetInstance(ctx, rec.ID, poll)
+	if err != nil {
 		if notFound(err) {
-			return "", false, nil
+			return "", "", false, nil
 		}
-		return "", false, err
+		return "", "", false, err
 	}
-	return osbclient.StateSucceeded, true, nil
+	return osbclient.StateSucceeded, in.DashboardURL, true, nil
+}
+
+// fetchDashboard takes an adopted instance's dashboard_url from the
+// upstream's GET, where its service is instances_retrievable: the create's
+// answer that carried it was lost. One try; without it the instance has
+// none, as the docs say.
+func (u *Upstream) fetchDashboard(ctx context.Context, w *engine.Work) {
+	rec := w.Rec
+	if rec.DashboardURL != "" || !u.service(rec.Request.ServiceID).InstancesRetrievable {
+		return
+	}
+	gctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	in, err := u.client.GetInstance(gctx, rec.ID, osbclient.PollRequest{ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID})
+	if err != nil {
+		w.Logger().Warn("Cannot fetch an adopted upstream instance's dashboard_url; it has none",
+			"upstream", u.cfg.Name, "id", rec.ID, "error", err)
+		return
+	}
+	rec.DashboardURL = in.DashboardURL
 }
 
 // pollInstance polls the upstream operation the record holds until it
@@ -273,6 +299,11 @@ func (u *Upstream) Update(ctx context.Context, w *engine.Work) error {
 			Call:      osbclient.Call{AcceptsIncomplete: true, Identity: w.Identity()},
 			ServiceID: rec.Request.ServiceID, Context: t.Context, Parameters: t.Parameters,
 			MaintenanceInfo: maintenanceInfo(t.Maintenance),
+		}
+		if s := rec.Op.Sent; s != nil {
+			// What the platform sent, not the merge (nil: an update
+			// recorded before Sent existed forwards the merge, as then).
+			req.Context, req.Parameters, req.MaintenanceInfo = s.Context, s.Parameters, maintenanceInfo(s.Maintenance)
 		}
 		if t.PlanID != rec.Request.PlanID {
 			req.PlanID = t.PlanID

@@ -52,6 +52,7 @@ type env struct {
 	ib  *harness.IllBroker
 	up  *upstream.Upstream
 	eng *engine.Engine
+	st  *sqlite.Store
 	log *harness.LockedBuffer
 	// direct talks to the ill broker without bucketbroker.
 	direct *osbclient.Client
@@ -124,7 +125,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, ib: ib, up: up, eng: eng, log: logs, direct: direct}
+	return &env{t: t, ib: ib, up: up, eng: eng, st: st, log: logs, direct: direct}
 }
 
 const identity = "kubernetes eyJ1c2VybmFtZSI6ImFsaWNlIn0="

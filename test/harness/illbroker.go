@@ -21,11 +21,17 @@ const (
 	IllPass = "ill-password"
 )
 
+// startDir is the folder the test binary started in (its package's, in
+// the module), taken before any test runs: the embedded S3 server changes
+// the process's folder to its data dir, which the test then removes.
+var startDir, _ = os.Getwd()
+
 // BuildIllBroker builds test/illbroker's command into dir and returns its
 // path. Call it from TestMain.
 func BuildIllBroker(dir string) (string, error) {
 	bin := filepath.Join(dir, "illbroker")
 	cmd := exec.Command("go", "build", "-o", bin, "github.com/bucketbroker/bucketbroker/test/illbroker/cmd/illbroker")
+	cmd.Dir = startDir // the module's: a test may have left the process in a removed folder
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("build illbroker: %w", err)

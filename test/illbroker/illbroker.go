@@ -21,6 +21,10 @@ const (
 	PlanAsync = "1111aaaa-0000-4000-8000-000000000012"
 )
 
+// MaintenanceVersion is PlanSync's maintenance_info.version (PlanAsync has
+// none).
+const MaintenanceVersion = "1.0.0"
+
 // StatePath is the inspection endpoint: GET answers State as JSON, without
 // auth and never failing on purpose.
 const StatePath = "/illbroker/state"
@@ -46,6 +50,9 @@ type Config struct {
 	// (instance) — 409 or 500, "name taken"; 0 picks one of the two at
 	// random for each. A duplicate bind always answers 500.
 	DuplicateStatus int
+	// NotRetrievable leaves instances_retrievable and bindings_retrievable
+	// out of the catalog (GET still answers).
+	NotRetrievable bool
 }
 
 // State is what the inspection endpoint reports: per id, how often the
@@ -70,6 +77,8 @@ type InstanceStats struct {
 	// Parameters and Context are the last create's or update's.
 	Parameters json.RawMessage `json:"parameters,omitempty"`
 	Context    json.RawMessage `json:"context,omitempty"`
+	// LastBody is the body of the last create or update, as sent.
+	LastBody json.RawMessage `json:"last_body,omitempty"`
 }
 
 // BindingStats is one binding id's history.
@@ -80,7 +89,8 @@ type BindingStats struct {
 	// CredentialsIssued counts the distinct credentials handed out.
 	CredentialsIssued int    `json:"credentials_issued"`
 	InstanceID        string `json:"instance_id"`
-	Identity          string `json:"identity,omitempty"`
+	// Identity is the last bind's or unbind's originating identity.
+	Identity string `json:"identity,omitempty"`
 }
 
 // Server is the ill-behaved broker. All requests are served one at a time,
@@ -180,9 +190,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) catalog(w http.ResponseWriter) {
 	writeJSON(w, http.StatusOK, map[string]any{"services": []any{map[string]any{
 		"id": ServiceID, "name": "ill-db", "description": "A database broker that is not duplicate-safe",
-		"bindable": true, "instances_retrievable": true, "bindings_retrievable": true, "plan_updateable": true,
+		"bindable": true, "instances_retrievable": !s.cfg.NotRetrievable, "bindings_retrievable": !s.cfg.NotRetrievable, "plan_updateable": true,
 		"plans": []any{
-			map[string]any{"id": PlanSync, "name": "sync", "description": "Provisioned while you wait"},
+			map[string]any{"id": PlanSync, "name": "sync", "description": "Provisioned while you wait",
+				"maintenance_info": map[string]any{"version": MaintenanceVersion}},
 			map[string]any{"id": PlanAsync, "name": "async", "description": "Provisioned in the background"},
 		},
 	}}})
@@ -267,8 +278,9 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request, body []byte) 
 	in.Creates++
 	in.Exists = true
 	in.PlanID, in.Parameters, in.Context = req.PlanID, req.Parameters, req.Context
+	in.LastBody = json.RawMessage(body)
 	in.Identity = r.Header.Get("X-Broker-API-Originating-Identity")
-	dashboard := "https://dashboard.example/si-" + id
+	dashboard := dashboardURL(id)
 	if !async {
 		in.State = "ready"
 		delete(s.ops, id)
@@ -316,6 +328,10 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request, body []byte) {
 	if req.Parameters != nil {
 		in.Parameters = req.Parameters
 	}
+	if req.Context != nil {
+		in.Context = req.Context
+	}
+	in.LastBody = json.RawMessage(body)
 	in.Identity = r.Header.Get("X-Broker-API-Originating-Identity")
 	writeJSON(w, http.StatusOK, map[string]any{})
 }
@@ -357,8 +373,12 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]any{"description": "no such instance"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"service_id": ServiceID, "plan_id": in.PlanID, "parameters": in.Parameters})
+	writeJSON(w, http.StatusOK, map[string]any{"service_id": ServiceID, "plan_id": in.PlanID, "parameters": in.Parameters,
+		"dashboard_url": dashboardURL(r.PathValue("i"))})
 }
+
+// dashboardURL is the dashboard_url of instance id.
+func dashboardURL(id string) string { return "https://dashboard.example/si-" + id }
 
 func (s *Server) lastOperation(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("i")
@@ -433,6 +453,7 @@ func (s *Server) unbind(w http.ResponseWriter, r *http.Request) {
 	}
 	b.Exists = false
 	b.Deletes++
+	b.Identity = r.Header.Get("X-Broker-API-Originating-Identity")
 	delete(s.creds, bid)
 	writeJSON(w, http.StatusOK, map[string]any{})
 }

@@ -123,13 +123,23 @@ func TestDuplicatesAreRefused(t *testing.T) {
 			_, err = c.GetInstance(ctx, "i-1", osbclient.PollRequest{})
 			wantError(t, "get deleted instance", err, http.StatusNotFound, "", "")
 
+			st := ib.State()
+			if in := st.Instances["i-1"]; in != nil {
+				var body struct {
+					Parameters json.RawMessage `json:"parameters"`
+				}
+				if err := json.Unmarshal(in.LastBody, &body); err != nil || string(body.Parameters) != `{"size":"small"}` {
+					t.Errorf("last body %s: %v, want the provision's as sent", in.LastBody, err)
+				}
+				in.LastBody = nil
+			}
 			want := illbroker.State{
 				Instances: map[string]*illbroker.InstanceStats{"i-1": {Creates: 1, Deletes: 1, PlanID: illbroker.PlanSync, Identity: identity,
 					Parameters: json.RawMessage(`{"size":"small"}`), Context: json.RawMessage(`{"platform":"kubernetes","namespace":"ns"}`)}},
 				Bindings: map[string]*illbroker.BindingStats{"b-1": {Creates: 1, Deletes: 1, CredentialsIssued: 1, InstanceID: "i-1", Identity: identity}},
 				Failures: map[string]int{},
 			}
-			if diff := cmp.Diff(want, ib.State()); diff != "" {
+			if diff := cmp.Diff(want, st); diff != "" {
 				t.Fatalf("state (-want +got):\n%s", diff)
 			}
 		})

@@ -331,3 +331,50 @@ func TestStartUpRefusals(t *testing.T) {
 }
 
 func jsonDecode(resp *http.Response, v any) error { return json.NewDecoder(resp.Body).Decode(v) }
+
+// TestRotationThroughTheFront: a bind naming predecessor_binding_id on a
+// binding_rotatable plan of a bucketbroker upstream is forwarded as a
+// rotation: the upstream's new key keeps the predecessor's read-only
+// access (a plain bind would get the plan's read-write default), and both
+// keys work until each is unbound. A plan the upstream does not say
+// binding_rotatable for is refused with 400 before reaching it.
+func TestRotationThroughTheFront(t *testing.T) {
+	up := harness.New(t, binary)
+	up.Start()
+	b := harness.New(t, binary)
+	b.Front("buckets", up.URL(), harness.User, harness.Pass, false)
+	b.Start()
+
+	path := "/v2/service_instances/rot-1"
+	want(t, b.Do("PUT", path, harness.ProvisionBody), http.StatusCreated)
+	readOnly := map[string]any{"service_id": harness.ServiceID, "plan_id": harness.PlanStd, "app_guid": "app",
+		"parameters": map[string]any{"access": "read-only"}}
+	old := want(t, b.Do("PUT", path+"/service_bindings/rot-old", readOnly), http.StatusCreated)
+	rotation := map[string]any{"service_id": harness.ServiceID, "plan_id": harness.PlanStd, "app_guid": "app",
+		"predecessor_binding_id": "rot-old"}
+	rotated := want(t, b.Do("PUT", path+"/service_bindings/rot-new", rotation), http.StatusCreated)
+	if got := rotated.Creds()["access"]; got != "read-only" {
+		t.Fatalf("rotated binding's access %v, want its predecessor's read-only (was predecessor_binding_id forwarded?)", got)
+	}
+	if rotated.Creds()["access_key_id"] == old.Creds()["access_key_id"] {
+		t.Fatal("the rotation answered the predecessor's key")
+	}
+	// A replay is answered from the record, the same credentials.
+	again := want(t, b.Do("PUT", path+"/service_bindings/rot-new", rotation), http.StatusOK)
+	if fmt.Sprint(again.Creds()) != fmt.Sprint(rotated.Creds()) {
+		t.Fatal("the replayed rotation answered other credentials")
+	}
+	if k, _ := up.Backend.Keys(); len(k) != 2 {
+		t.Fatalf("upstream keys after the rotation: %v, want the predecessor's and the new one", k)
+	}
+	// A predecessor that does not exist is refused, and nothing is made.
+	r := b.Do("PUT", path+"/service_bindings/rot-bad", map[string]any{"service_id": harness.ServiceID, "plan_id": harness.PlanStd,
+		"predecessor_binding_id": "nope"})
+	want(t, r, http.StatusBadRequest)
+	want(t, up.Do("GET", path+"/service_bindings/rot-bad", nil), http.StatusNotFound)
+	want(t, b.Do("DELETE", path+harness.DeleteQuery, nil), http.StatusOK)
+	if k, _ := up.Backend.Keys(); len(k) != 0 {
+		t.Fatalf("upstream keys after the deprovision: %v", k)
+	}
+	noErrorLines(t, b)
+}

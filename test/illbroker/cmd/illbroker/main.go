@@ -21,6 +21,7 @@ func main() {
 	flag.Float64Var(&cfg.FailRate, "fail-rate", 0, "fraction of OSB requests that fail transiently (0..1)")
 	flag.Float64Var(&cfg.FailedOpRate, "failed-op-rate", 0, "fraction of asynchronous provisions that end failed after creating the instance (0..1)")
 	flag.IntVar(&cfg.DuplicateStatus, "duplicate-status", 0, "answer to a create of an existing instance id: 409, 500, or 0 for a seeded choice")
+	flag.BoolVar(&cfg.NotRetrievable, "not-retrievable", false, "leave instances_retrievable and bindings_retrievable out of the catalog")
 	flag.Parse()
 	if err := run(*listen, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "illbroker:", err)
