@@ -91,10 +91,10 @@ func (w *Work) Fail(ctx context.Context, err error) error { return w.e.fail(ctx,
 // superseded or stopped: the operation is not over and must not be ended.
 func (w *Work) Interrupted(ctx context.Context, err error) bool { return w.e.interrupted(ctx, err) }
 
-// Wait pauses the operation for d (it gives its worker slot back
-// meanwhile), renewing the lease. It returns an error that ends the
-// operation when its deadline has passed, and one that interrupts it when
-// the worker is halted.
+// Wait pauses the operation for d, or until its deadline if that comes
+// first (it gives its worker slot back meanwhile), renewing the lease. It
+// returns an error that ends the operation when its deadline has passed,
+// and one that interrupts it when the worker is halted.
 func (w *Work) Wait(ctx context.Context, d time.Duration, what string) error {
 	if time.Now().After(w.Rec.Op.Deadline) {
 		return giveUp{fmt.Errorf("%s: still not done at the operation deadline", what)}
@@ -102,7 +102,7 @@ func (w *Work) Wait(ctx context.Context, d time.Duration, what string) error {
 	if err := w.e.renew(ctx, w.Rec); err != nil {
 		return err
 	}
-	w.e.sleep(ctx, d)
+	w.e.sleep(ctx, retryWait(d, time.Until(w.Rec.Op.Deadline)))
 	if w.e.halted(ctx) {
 		return errHalted
 	}

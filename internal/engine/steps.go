@@ -63,9 +63,20 @@ func (e *Engine) step(ctx context.Context, rec *Record, what string, call func(c
 		}
 		e.metrics.retries.WithLabelValues(what).Inc()
 		e.log.Warn("Backend call failed; retrying", "kind", rec.Kind, "id", rec.ID, "step", what, "attempt", attempt, "error", err)
-		e.sleep(ctx, rand.N(backoff)+time.Millisecond)
+		e.sleep(ctx, retryWait(rand.N(backoff), time.Until(rec.Op.Deadline)))
 		backoff = min(2*backoff, 30*time.Second)
 	}
+}
+
+// retryWait is how long a step waits before its next attempt: the drawn
+// backoff, but never past the operation's deadline (left is the time to
+// it), so that the last attempt runs at the deadline and a failure then
+// ends the operation. A wait drawn past it (the backoff grows to 30 s)
+// kept a failed operation in progress that long after its deadline, and a
+// synchronous request, which waits a few seconds beyond the deadline,
+// was answered "still in progress" instead of the failure.
+func retryWait(drawn, left time.Duration) time.Duration {
+	return min(drawn, max(left, 0)) + time.Millisecond
 }
 
 // fail ends the operation with err, unless err only means the worker was
