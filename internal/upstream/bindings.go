@@ -171,37 +171,9 @@ func (u *Upstream) bindPolled(ctx context.Context, w *engine.Work) (json.RawMess
 
 // pollBinding is pollInstance for a binding.
 func (u *Upstream) pollBinding(ctx context.Context, w *engine.Work) (pollEnd, string, error) {
-	rec := w.Rec
-	what := string(rec.Op.Type) + " upstream"
-	for {
-		var lo *osbclient.LastOperation
-		gone := false
-		err := w.Step(ctx, "poll "+what, func(ctx context.Context) error {
-			var err error
-			lo, err = u.client.BindingLastOperation(ctx, rec.InstanceID, rec.ID, osbclient.PollRequest{
-				ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID, Operation: rec.UpstreamOp.Operation})
-			if gone = osbclient.IsStatus(err, http.StatusGone); gone {
-				return nil
-			}
-			return classify(err)
-		})
-		if err != nil {
-			return 0, "", err
-		}
-		if end, desc, done := ended(lo, gone); done {
-			return end, desc, nil
-		}
-		desc := what + " in progress"
-		if lo.Description != "" {
-			desc += ": " + lo.Description
-		}
-		if err := w.Progress(ctx, desc); err != nil {
-			return 0, "", err
-		}
-		if err := w.Wait(ctx, u.cfg.PollInterval, what); err != nil {
-			return 0, "", err
-		}
-	}
+	return u.poll(ctx, w, func(ctx context.Context, req osbclient.PollRequest) (*osbclient.LastOperation, error) {
+		return u.client.BindingLastOperation(ctx, w.Rec.InstanceID, w.Rec.ID, req)
+	})
 }
 
 // Unbind deletes the binding upstream (410 is success); the engine then
@@ -212,16 +184,8 @@ func (u *Upstream) Unbind(ctx context.Context, w *engine.Work) error {
 		return w.Finish(ctx, nil) // nothing was ever sent upstream
 	}
 	if rec.UpstreamOp.OpID != rec.Op.ID {
-		var resp *osbclient.DeleteResponse
-		gone := false
-		err := w.Step(ctx, "unbind upstream", func(ctx context.Context) (err error) {
-			resp, err = u.client.Unbind(ctx, rec.InstanceID, rec.ID, osbclient.DeleteRequest{
-				Call:      osbclient.Call{AcceptsIncomplete: true, Identity: w.Identity()},
-				ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID})
-			if gone = osbclient.IsStatus(err, http.StatusGone); gone {
-				return nil
-			}
-			return classify(err)
+		resp, gone, err := u.delete(ctx, w, "unbind upstream", func(ctx context.Context, req osbclient.DeleteRequest) (*osbclient.DeleteResponse, error) {
+			return u.client.Unbind(ctx, rec.InstanceID, rec.ID, req)
 		})
 		if err != nil {
 			return w.Fail(ctx, err)

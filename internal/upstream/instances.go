@@ -237,6 +237,15 @@ func (u *Upstream) fetchDashboard(ctx context.Context, w *engine.Work) {
 // pollInstance polls the upstream operation the record holds until it
 // ends, relaying the upstream's description meanwhile.
 func (u *Upstream) pollInstance(ctx context.Context, w *engine.Work) (pollEnd, string, error) {
+	return u.poll(ctx, w, func(ctx context.Context, req osbclient.PollRequest) (*osbclient.LastOperation, error) {
+		return u.client.InstanceLastOperation(ctx, w.Rec.ID, req)
+	})
+}
+
+// poll polls the upstream operation the record holds, through lastOp (an
+// instance's or a binding's last_operation), until it ends; meanwhile the
+// record's operation relays the upstream's description.
+func (u *Upstream) poll(ctx context.Context, w *engine.Work, lastOp func(context.Context, osbclient.PollRequest) (*osbclient.LastOperation, error)) (pollEnd, string, error) {
 	rec := w.Rec
 	what := string(rec.Op.Type) + " upstream"
 	for {
@@ -244,7 +253,7 @@ func (u *Upstream) pollInstance(ctx context.Context, w *engine.Work) (pollEnd, s
 		gone := false
 		err := w.Step(ctx, "poll "+what, func(ctx context.Context) error {
 			var err error
-			lo, err = u.client.InstanceLastOperation(ctx, rec.ID, osbclient.PollRequest{
+			lo, err = lastOp(ctx, osbclient.PollRequest{
 				ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID, Operation: rec.UpstreamOp.Operation})
 			if gone = osbclient.IsStatus(err, http.StatusGone); gone {
 				return nil
@@ -268,6 +277,23 @@ func (u *Upstream) pollInstance(ctx context.Context, w *engine.Work) (pollEnd, s
 			return 0, "", err
 		}
 	}
+}
+
+// delete sends the record's DELETE (an instance's or a binding's, through
+// call) as a retried step; gone reports the upstream's 410 (nothing there:
+// success).
+func (u *Upstream) delete(ctx context.Context, w *engine.Work, what string, call func(context.Context, osbclient.DeleteRequest) (*osbclient.DeleteResponse, error)) (resp *osbclient.DeleteResponse, gone bool, _ error) {
+	rec := w.Rec
+	err := w.Step(ctx, what, func(ctx context.Context) (err error) {
+		resp, err = call(ctx, osbclient.DeleteRequest{
+			Call:      osbclient.Call{AcceptsIncomplete: true, Identity: w.Identity()},
+			ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID})
+		if gone = osbclient.IsStatus(err, http.StatusGone); gone {
+			return nil
+		}
+		return classify(err)
+	})
+	return resp, gone, err
 }
 
 // ended says whether a poll's answer ends the operation, and how.
@@ -366,16 +392,8 @@ func (u *Upstream) Deprovision(ctx context.Context, w *engine.Work) error {
 func (u *Upstream) deleteInstance(ctx context.Context, w *engine.Work) error {
 	rec := w.Rec
 	if rec.UpstreamOp.OpID != rec.Op.ID || rec.Op.Type == engine.OpProvision {
-		var resp *osbclient.DeleteResponse
-		gone := false
-		err := w.Step(ctx, "deprovision upstream", func(ctx context.Context) (err error) {
-			resp, err = u.client.Deprovision(ctx, rec.ID, osbclient.DeleteRequest{
-				Call:      osbclient.Call{AcceptsIncomplete: true, Identity: w.Identity()},
-				ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID})
-			if gone = osbclient.IsStatus(err, http.StatusGone); gone {
-				return nil
-			}
-			return classify(err)
+		resp, gone, err := u.delete(ctx, w, "deprovision upstream", func(ctx context.Context, req osbclient.DeleteRequest) (*osbclient.DeleteResponse, error) {
+			return u.client.Deprovision(ctx, rec.ID, req)
 		})
 		if err != nil {
 			return err
