@@ -81,3 +81,52 @@ stop_process() {
 	fi
 	log "stopped $name (pid $pid)"
 }
+
+# go_tool builds a Go command from the module proxy once, into the tool cache
+# (${BUCKETBROKER_CACHE:-$HOME/.cache/bucketbroker}/tools/NAME-VERSION/NAME),
+# and prints its path (last line of stdout; progress on stderr):
+#
+#   go_tool NAME VERSION PACKAGE LDFLAGS [ARGS...]
+#
+# ARGS run the new binary once (e.g. `version`) to prove it starts. A cached
+# build is reused without running go. Concurrent callers wait on a lock; the
+# build goes to a temporary directory next to the entry and is renamed into
+# place, so an interrupted build never leaves a binary later runs would
+# trust. Tools are built, not downloaded: the module proxy is the one network
+# every CI and developer machine is sure to have.
+go_tool() {
+	local name="$1" version="$2" pkg="$3" ldflags="$4"
+	shift 4
+	local tools="${BUCKETBROKER_CACHE:-$HOME/.cache/bucketbroker}/tools"
+	local dir="$tools/$name-$version"
+	local bin="$dir/$name"
+	if [[ -x "$bin" ]]; then
+		echo "$bin"
+		return 0
+	fi
+	local go
+	go=$(go_cmd)
+	mkdir -p "$tools"
+	exec 9>"$tools/.$name-$version.lock"
+	flock 9
+	if [[ -x "$bin" ]]; then
+		echo "$bin"
+		return 0
+	fi
+	rm -rf "$tools/.build-$name-$version."* # left by a run killed with SIGKILL
+	GO_TOOL_STAGE=$(mktemp -d "$tools/.build-$name-$version.XXXXXX")
+	trap 'rm -rf "$GO_TOOL_STAGE"' EXIT
+	local start
+	start=$(date +%s)
+	log "building $name $version (minutes, once)"
+	# go install pkg@version ignores the surrounding module; GOWORK/GOFLAGS
+	# are cleared so neither can leak in from the caller's environment.
+	(cd "$GO_TOOL_STAGE" && GOWORK=off GOFLAGS=-buildvcs=false CGO_ENABLED=0 GOBIN="$GO_TOOL_STAGE" \
+		"$go" install -trimpath -ldflags="$ldflags" "$pkg@$version") >&2
+	"$GO_TOOL_STAGE/$name" "$@" >&2
+	chmod 755 "$GO_TOOL_STAGE"
+	mv -T "$GO_TOOL_STAGE" "$dir" 2>/dev/null || rm -rf "$GO_TOOL_STAGE" # a concurrent build won: as good
+	[[ -x "$bin" ]] || die "$name missing after build: $bin"
+	log "built in $(($(date +%s) - start))s: $bin"
+	echo "$bin"
+}
