@@ -3,6 +3,7 @@ package s3gateway
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/versity/versitygw/iamapi/iamerr"
@@ -58,12 +60,33 @@ type userStore struct {
 // and marks the shard gone, so no call reaches a removed directory.
 type userShard struct {
 	mu    sync.RWMutex
-	store storage.Storer
 	dir   string // empty for root
 	gone  bool
+	open  sync.Once
+	store storage.Storer // nil until storer opens it
+	err   error          // of the opening
+}
+
+// storer returns the shard's versitygw store, opening it at the first
+// call: the start reads each user's file once for the indexes, and a
+// user's store is only opened (its file read again) when a call needs it.
+func (sh *userShard) storer() (storage.Storer, error) {
+	sh.open.Do(func() {
+		if sh.store == nil {
+			storesOpened.Add(1)
+			if sh.store, sh.err = storage.NewInternal(sh.dir); sh.err != nil {
+				sh.store, sh.err = nil, fmt.Errorf("open IAM store %s: %w", sh.dir, sh.err)
+			}
+		}
+	})
+	return sh.store, sh.err
 }
 
 var _ storage.Storer = (*userStore)(nil)
+
+// storesOpened counts the users' versitygw stores opened by userShard.storer
+// in this process, for the tests: a start opens none.
+var storesOpened atomic.Int64
 
 // newUserStore opens the IAM directory dir and every user store under it.
 // A user directory without a user is what a crash between creating the
@@ -106,34 +129,62 @@ func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 			continue
 		}
 		udir := filepath.Join(dir, usersDir, e.Name())
-		if unwritten, err := unwrittenStore(udir); err != nil {
+		users, err := readUserFile(udir)
+		if err != nil {
 			return nil, fmt.Errorf("open IAM store: %w", err)
-		} else if unwritten {
-			if err := os.RemoveAll(udir); err != nil {
-				return nil, fmt.Errorf("open IAM store: remove unwritten %s: %w", udir, err)
-			}
-			continue
 		}
-		st, err := storage.NewInternal(udir)
-		if err != nil {
-			return nil, fmt.Errorf("open IAM store %s: %w", udir, err)
-		}
-		sh := &userShard{store: st, dir: udir}
-		n, err := s.count(ctx, sh)
-		if err != nil {
-			return nil, err
-		}
-		if n == 0 {
+		if len(users) == 0 {
+			// Never written, or its user deleted before its directory.
 			if err := os.RemoveAll(udir); err != nil {
 				return nil, fmt.Errorf("open IAM store: remove empty %s: %w", udir, err)
 			}
 			continue
 		}
-		if err := s.index(ctx, sh); err != nil {
+		// versitygw's store for the user is opened at its first call
+		// (userShard.storer): opening reads the file again.
+		if err := s.add(&userShard{dir: udir}, users); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
+}
+
+// storedUser is what the start reads of a user in versitygw's file: its
+// names and its keys' ids, for the indexes.
+type storedUser struct {
+	UserName   string
+	UserID     string
+	AccessKeys []struct{ AccessKeyId string }
+}
+
+// readUserFile reads the users of the store in dir, reading and decoding
+// its file once; none when the store was never written (see
+// unwrittenStore, whose cleaning it does first).
+func readUserFile(dir string) ([]storedUser, error) {
+	unwritten, err := unwrittenStore(dir)
+	if err != nil || unwritten {
+		return nil, err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, storeFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	// The layout of versitygw's file (storage.InternalStore's iamConfig):
+	// users by name.
+	var conf struct {
+		Users map[string]storedUser `json:"users"`
+	}
+	if err := json.Unmarshal(b, &conf); err != nil {
+		return nil, fmt.Errorf("read %s: %w", filepath.Join(dir, storeFile), err)
+	}
+	users := make([]storedUser, 0, len(conf.Users))
+	for _, u := range conf.Users {
+		users = append(users, u)
+	}
+	return users, nil
 }
 
 // storeFile is the file of versitygw's file store (storage.InternalStore)
@@ -201,31 +252,37 @@ func unwrittenStore(dir string) (bool, error) {
 	return true, nil
 }
 
-func (s *userStore) count(ctx context.Context, sh *userShard) (int, error) {
-	out, err := sh.store.ListUsers(ctx, storage.ListUsersInput{})
-	if err != nil {
-		return 0, fmt.Errorf("list IAM users: %w", err)
-	}
-	return len(out.Users), nil
-}
-
-// index adds sh's users and their keys to the indexes (at start only).
+// index adds the users of root's store and their keys to the indexes.
 func (s *userStore) index(ctx context.Context, sh *userShard) error {
 	out, err := sh.store.ListUsers(ctx, storage.ListUsersInput{})
 	if err != nil {
 		return fmt.Errorf("list IAM users: %w", err)
 	}
+	users := make([]storedUser, 0, len(out.Users))
 	for _, u := range out.Users {
-		if other := s.users[strings.ToLower(u.UserName)]; other != nil {
-			return fmt.Errorf("open IAM store: user %q is stored twice (%s and %s)", u.UserName, other.where(s.dir), sh.where(s.dir))
-		}
-		s.users[strings.ToLower(u.UserName)] = sh
-		s.ids[u.UserID] = true
+		su := storedUser{UserName: u.UserName, UserID: u.UserID}
 		keys, err := sh.store.ListAccessKeys(ctx, storage.ListAccessKeysInput{UserName: u.UserName})
 		if err != nil {
 			return fmt.Errorf("list access keys of IAM user %q: %w", u.UserName, err)
 		}
 		for _, k := range keys.AccessKeys {
+			su.AccessKeys = append(su.AccessKeys, struct{ AccessKeyId string }{k.AccessKeyId})
+		}
+		users = append(users, su)
+	}
+	return s.add(sh, users)
+}
+
+// add puts users, stored in sh, and their keys in the indexes (at start
+// only).
+func (s *userStore) add(sh *userShard, users []storedUser) error {
+	for _, u := range users {
+		if other := s.users[strings.ToLower(u.UserName)]; other != nil {
+			return fmt.Errorf("open IAM store: user %q is stored twice (%s and %s)", u.UserName, other.where(s.dir), sh.where(s.dir))
+		}
+		s.users[strings.ToLower(u.UserName)] = sh
+		s.ids[u.UserID] = true
+		for _, k := range u.AccessKeys {
 			if other := s.keys[k.AccessKeyId]; other != nil {
 				return fmt.Errorf("open IAM store: access key %s is stored twice (%s and %s)", k.AccessKeyId, other.where(s.dir), sh.where(s.dir))
 			}
@@ -245,7 +302,13 @@ func (sh *userShard) where(dir string) string {
 // withUser runs f on the store of the named user while that store cannot be
 // deleted.
 func (s *userStore) withUser(name string, f func(storage.Storer) error) error {
-	return s.withShard(name, func(sh *userShard) error { return f(sh.store) })
+	return s.withShard(name, func(sh *userShard) error {
+		st, err := sh.storer()
+		if err != nil {
+			return err
+		}
+		return f(st)
+	})
 }
 
 // withShard runs f with the named user's shard while it cannot be deleted.
@@ -281,7 +344,11 @@ func (s *userStore) withKey(id string, f func(storage.Storer) error) error {
 	if sh.gone {
 		return iamerr.NoSuchEntityAccessKey(id)
 	}
-	return f(sh.store)
+	st, err := sh.storer()
+	if err != nil {
+		return err
+	}
+	return f(st)
 }
 
 // CreateUser creates the user in a store of its own. The name is taken in
@@ -362,11 +429,15 @@ func (s *userStore) deleteFrom(ctx context.Context, sh *userShard, name string) 
 	if sh.gone {
 		return false, nil
 	}
-	u, err := sh.store.GetUser(ctx, name)
+	st, err := sh.storer()
 	if err != nil {
 		return true, err
 	}
-	if err := sh.store.DeleteUser(ctx, name); err != nil {
+	u, err := st.GetUser(ctx, name)
+	if err != nil {
+		return true, err
+	}
+	if err := st.DeleteUser(ctx, name); err != nil {
 		return true, err
 	}
 	s.mu.Lock()
@@ -421,9 +492,14 @@ func (s *userStore) renameIn(ctx context.Context, sh *userShard, input storage.U
 		s.mu.Unlock()
 		return nil, true, iamerr.EntityAlreadyExistsUser(input.NewUserName)
 	}
+	st, err := sh.storer()
+	if err != nil {
+		s.mu.Unlock()
+		return nil, true, err
+	}
 	s.users[newKey] = sh
 	s.mu.Unlock()
-	out, err := sh.store.UpdateUser(ctx, input)
+	out, err := st.UpdateUser(ctx, input)
 	s.mu.Lock()
 	if err != nil {
 		delete(s.users, newKey)
@@ -454,7 +530,11 @@ func (s *userStore) ListUsers(ctx context.Context, input storage.ListUsersInput)
 			sh.mu.RUnlock()
 			continue
 		}
-		out, err := sh.store.ListUsers(ctx, storage.ListUsersInput{PathPrefix: input.PathPrefix})
+		st, err := sh.storer()
+		var out *storage.ListUsersOutput
+		if err == nil {
+			out, err = st.ListUsers(ctx, storage.ListUsersInput{PathPrefix: input.PathPrefix})
+		}
 		sh.mu.RUnlock()
 		if err != nil {
 			return nil, err
@@ -533,8 +613,11 @@ func (s *userStore) CreateAccessKey(ctx context.Context, input storage.CreateAcc
 		}
 		s.keys[input.AccessKeyID] = sh
 		s.mu.Unlock()
-		var err error
-		if out, err = sh.store.CreateAccessKey(ctx, input); err != nil {
+		st, err := sh.storer()
+		if err == nil {
+			out, err = st.CreateAccessKey(ctx, input)
+		}
+		if err != nil {
 			s.mu.Lock()
 			delete(s.keys, input.AccessKeyID)
 			s.mu.Unlock()
@@ -553,7 +636,11 @@ func (s *userStore) UpdateAccessKey(ctx context.Context, input storage.UpdateAcc
 // entry goes after.
 func (s *userStore) DeleteAccessKey(ctx context.Context, name, id string) error {
 	return s.withShard(name, func(sh *userShard) error {
-		if err := sh.store.DeleteAccessKey(ctx, name, id); err != nil {
+		st, err := sh.storer()
+		if err != nil {
+			return err
+		}
+		if err := st.DeleteAccessKey(ctx, name, id); err != nil {
 			return err
 		}
 		s.mu.Lock()

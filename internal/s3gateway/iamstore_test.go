@@ -430,3 +430,31 @@ func TestLockDataDir(t *testing.T) {
 	}
 	again.Close()
 }
+
+// TestStartReadsEachUserOnce starts the servers on an IAM directory of
+// users: the start reads each user's file once, for the indexes, and
+// opens no user's store (which would read it again), the start-up probe
+// included (a listing opens every user's). A call for one user then opens
+// that user's store only.
+func TestStartReadsEachUserOnce(t *testing.T) {
+	const n = 30
+	cfg := testConfig(t, t.TempDir())
+	writeOldUsers(t, filepath.Join(cfg.DataDir, "iam"), n)
+	before := storesOpened.Load()
+	srv := start(t, cfg)
+	if got := storesOpened.Load() - before; got != 0 {
+		t.Errorf("the start opened %d of %d users' stores, want none", got, n)
+	}
+	rootIAM := iam.New(iam.Options{
+		Region: IAMRegion, BaseEndpoint: aws.String(srv.IAMEndpoint()), Retryer: aws.NopRetryer{},
+		Credentials: credentials.NewStaticCredentialsProvider(cfg.RootAccessKey, cfg.RootSecretKey, ""),
+	})
+	name := fmt.Sprintf("bb-binding-%032x", 7)
+	out, err := rootIAM.GetUser(context.Background(), &iam.GetUserInput{UserName: &name})
+	if err != nil || aws.ToString(out.User.UserName) != name {
+		t.Fatalf("GetUser %s: %v", name, err)
+	}
+	if got := storesOpened.Load() - before; got != 1 {
+		t.Errorf("after one GetUser %d stores are open, want 1", got)
+	}
+}
