@@ -7,13 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	"github.com/versity/versitygw/iamapi/iamerr"
 	"github.com/versity/versitygw/iamapi/storage"
@@ -53,7 +56,15 @@ type userStore struct {
 	users map[string]*userShard // by strings.ToLower(user name)
 	keys  map[string]*userShard // by access key id
 	ids   map[string]bool       // user ids, unique across stores
+	// listed and sorted answer ListUsers without reading every user:
+	// the stored name and path of every user, by strings.ToLower(name),
+	// and the stored names in versitygw's listing order (bytes).
+	listed map[string]listing
+	sorted []string
 }
+
+// listing is what ListUsers needs to know of a user before reading it.
+type listing struct{ name, path string }
 
 // userShard is the store of one user (or root's, of the older users).
 // Every call holds mu for reading; deleting the user holds it for writing
@@ -116,6 +127,7 @@ func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 		users:  map[string]*userShard{},
 		keys:   map[string]*userShard{},
 		ids:    map[string]bool{},
+		listed: map[string]listing{},
 	}
 	if err := s.index(ctx, s.root); err != nil {
 		return nil, err
@@ -146,6 +158,7 @@ func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 			return nil, err
 		}
 	}
+	slices.Sort(s.sorted)
 	return s, nil
 }
 
@@ -154,6 +167,7 @@ func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 type storedUser struct {
 	UserName   string
 	UserID     string
+	Path       string
 	AccessKeys []struct{ AccessKeyId string }
 }
 
@@ -260,7 +274,7 @@ func (s *userStore) index(ctx context.Context, sh *userShard) error {
 	}
 	users := make([]storedUser, 0, len(out.Users))
 	for _, u := range out.Users {
-		su := storedUser{UserName: u.UserName, UserID: u.UserID}
+		su := storedUser{UserName: u.UserName, UserID: u.UserID, Path: u.Path}
 		keys, err := sh.store.ListAccessKeys(ctx, storage.ListAccessKeysInput{UserName: u.UserName})
 		if err != nil {
 			return fmt.Errorf("list access keys of IAM user %q: %w", u.UserName, err)
@@ -274,7 +288,7 @@ func (s *userStore) index(ctx context.Context, sh *userShard) error {
 }
 
 // add puts users, stored in sh, and their keys in the indexes (at start
-// only).
+// only; s.sorted is sorted after).
 func (s *userStore) add(sh *userShard, users []storedUser) error {
 	for _, u := range users {
 		if other := s.users[strings.ToLower(u.UserName)]; other != nil {
@@ -282,6 +296,8 @@ func (s *userStore) add(sh *userShard, users []storedUser) error {
 		}
 		s.users[strings.ToLower(u.UserName)] = sh
 		s.ids[u.UserID] = true
+		s.listed[strings.ToLower(u.UserName)] = listing{name: u.UserName, path: s.intern(u.Path)}
+		s.sorted = append(s.sorted, u.UserName)
 		for _, k := range u.AccessKeys {
 			if other := s.keys[k.AccessKeyId]; other != nil {
 				return fmt.Errorf("open IAM store: access key %s is stored twice (%s and %s)", k.AccessKeyId, other.where(s.dir), sh.where(s.dir))
@@ -290,6 +306,28 @@ func (s *userStore) add(sh *userShard, users []storedUser) error {
 		}
 	}
 	return nil
+}
+
+// intern returns path held once in memory for all the users that have
+// it: they share a handful of paths (the driver's one).
+func (s *userStore) intern(path string) string { return unique.Make(path).Value() }
+
+// relist updates the listing after the user known as oldKey (empty for
+// none) became u (nil for none). Under s.mu.
+func (s *userStore) relist(oldKey string, u *types.User) {
+	if l, ok := s.listed[oldKey]; ok && oldKey != "" {
+		delete(s.listed, oldKey)
+		if i, found := slices.BinarySearch(s.sorted, l.name); found {
+			s.sorted = slices.Delete(s.sorted, i, i+1)
+		}
+	}
+	if u == nil {
+		return
+	}
+	s.listed[strings.ToLower(u.UserName)] = listing{name: u.UserName, path: s.intern(u.Path)}
+	if i, found := slices.BinarySearch(s.sorted, u.UserName); !found {
+		s.sorted = slices.Insert(s.sorted, i, u.UserName)
+	}
 }
 
 func (sh *userShard) where(dir string) string {
@@ -373,14 +411,15 @@ func (s *userStore) CreateUser(ctx context.Context, user types.User) (*types.Use
 	s.mu.Unlock()
 
 	created, err := s.createIn(ctx, sh, user)
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err != nil {
 		sh.gone = true
-		s.mu.Lock()
 		delete(s.users, key)
 		delete(s.ids, user.UserID)
-		s.mu.Unlock()
 		return nil, err
 	}
+	s.relist("", created)
 	return created, nil
 }
 
@@ -443,6 +482,7 @@ func (s *userStore) deleteFrom(ctx context.Context, sh *userShard, name string) 
 	s.mu.Lock()
 	delete(s.users, strings.ToLower(u.UserName))
 	delete(s.ids, u.UserID)
+	s.relist(strings.ToLower(u.UserName), nil)
 	s.mu.Unlock()
 	if sh.dir == "" {
 		return true, nil // root: other users live there
@@ -461,7 +501,12 @@ func (s *userStore) UpdateUser(ctx context.Context, input storage.UpdateUserInpu
 	if input.NewUserName == "" || newKey == oldKey {
 		var out *types.User
 		err := s.withUser(input.UserName, func(st storage.Storer) (err error) {
-			out, err = st.UpdateUser(ctx, input)
+			if out, err = st.UpdateUser(ctx, input); err == nil {
+				// Its path, or the case of its name, may have changed.
+				s.mu.Lock()
+				s.relist(oldKey, out)
+				s.mu.Unlock()
+			}
 			return err
 		})
 		return out, err
@@ -505,63 +550,71 @@ func (s *userStore) renameIn(ctx context.Context, sh *userShard, input storage.U
 		delete(s.users, newKey)
 	} else {
 		delete(s.users, oldKey)
+		s.relist(oldKey, out)
 	}
 	s.mu.Unlock()
 	return out, true, err
 }
 
 // ListUsers lists the users of every store, sorted and paged as
-// versitygw's store does.
+// versitygw's store does, from the names and paths kept in memory: only the
+// page's users are read (the audit pages through every user: reading every
+// store for each page made it quadratic).
 func (s *userStore) ListUsers(ctx context.Context, input storage.ListUsersInput) (*storage.ListUsersOutput, error) {
+	limit := math.MaxInt
+	if input.MaxItems > 0 {
+		limit = int(input.MaxItems)
+	}
+	var (
+		page []string
+		more bool
+	)
 	s.mu.RLock()
-	seen := map[*userShard]bool{s.root: true}
-	shards := []*userShard{s.root}
-	for _, sh := range s.users {
-		if !seen[sh] {
-			seen[sh] = true
-			shards = append(shards, sh)
-		}
-	}
-	s.mu.RUnlock()
-	var users []types.User
-	for _, sh := range shards {
-		sh.mu.RLock()
-		if sh.gone {
-			sh.mu.RUnlock()
-			continue
-		}
-		st, err := sh.storer()
-		var out *storage.ListUsersOutput
-		if err == nil {
-			out, err = st.ListUsers(ctx, storage.ListUsersInput{PathPrefix: input.PathPrefix})
-		}
-		sh.mu.RUnlock()
-		if err != nil {
-			return nil, err
-		}
-		users = append(users, out.Users...)
-	}
-	sort.Slice(users, func(i, j int) bool { return users[i].UserName < users[j].UserName })
-
 	// The page starts after the marker's place in the order, not after
 	// the marker itself: a user deleted between two pages (the audit and
 	// the driver's inventory page while unbinds run) must not end the
 	// listing early.
 	start := 0
 	if input.Marker != "" {
-		start = sort.Search(len(users), func(i int) bool { return users[i].UserName > input.Marker })
+		start = sort.Search(len(s.sorted), func(i int) bool { return s.sorted[i] > input.Marker })
 	}
-	users = users[start:]
-	limit := len(users)
-	if input.MaxItems > 0 && int(input.MaxItems) < limit {
-		limit = int(input.MaxItems)
+	for _, name := range s.sorted[start:] {
+		if !strings.HasPrefix(s.listed[strings.ToLower(name)].path, input.PathPrefix) {
+			continue
+		}
+		if len(page) == limit {
+			more = true
+			break
+		}
+		page = append(page, name)
 	}
-	out := &storage.ListUsersOutput{Users: users[:limit:limit]}
-	if limit < len(users) {
+	s.mu.RUnlock()
+
+	out := &storage.ListUsersOutput{Users: make([]types.User, 0, len(page))}
+	for _, name := range page {
+		u, err := s.GetUser(ctx, name)
+		if iamCode(err) == "NoSuchEntity" {
+			continue // deleted since
+		}
+		if err != nil {
+			return nil, err
+		}
+		out.Users = append(out.Users, *u)
+	}
+	if more {
 		out.IsTruncated = true
-		out.Marker = out.Users[limit-1].UserName
+		out.Marker = page[len(page)-1]
 	}
 	return out, nil
+}
+
+// iamCode is the code of an IAM API error, empty for any other.
+func iamCode(err error) string {
+	var apiErr iamerr.Error
+	if errors.As(err, &apiErr) {
+		return apiErr.Code
+	}
+	return ""
 }
 
 func (s *userStore) GetUser(ctx context.Context, name string) (*types.User, error) {

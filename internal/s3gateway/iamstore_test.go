@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +17,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/google/go-cmp/cmp"
-	"github.com/versity/versitygw/iamapi/iamerr"
 	"github.com/versity/versitygw/iamapi/storage"
 	"github.com/versity/versitygw/iamapi/types"
 )
@@ -32,14 +32,6 @@ func openUserStore(t *testing.T, dir string) *userStore {
 
 func newUser(name, id string) types.User {
 	return types.User{UserName: name, UserID: id, Path: "/", Arn: "arn:aws:iam::000000000000:user/" + name}
-}
-
-func iamCode(err error) string {
-	var apiErr iamerr.Error
-	if errors.As(err, &apiErr) {
-		return apiErr.Code
-	}
-	return ""
 }
 
 func userNames(t *testing.T, s storage.Storer, in storage.ListUsersInput) ([]string, *storage.ListUsersOutput) {
@@ -456,5 +448,69 @@ func TestStartReadsEachUserOnce(t *testing.T) {
 	}
 	if got := storesOpened.Load() - before; got != 1 {
 		t.Errorf("after one GetUser %d stores are open, want 1", got)
+	}
+}
+
+// TestListUsersReadsThePage pages through the users as the audit does: a
+// page reads its own users only (reading every user's store for each page
+// made the audit quadratic), in versitygw's order, with the path prefix
+// and the names kept up to date by renames and moves.
+func TestListUsersReadsThePage(t *testing.T) {
+	const n = 23
+	ctx := context.Background()
+	dir := t.TempDir()
+	writeOldUsers(t, dir, n)
+	s := openUserStore(t, dir)
+	before := storesOpened.Load()
+	var all []string
+	in := storage.ListUsersInput{MaxItems: 5, PathPrefix: "/bucketbroker/"}
+	for pages := 1; ; pages++ {
+		names, out := userNames(t, s, in)
+		all = append(all, names...)
+		if got := storesOpened.Load() - before; got != int64(len(all)) {
+			t.Fatalf("after page %d (%d users listed) %d stores were read, want as many as listed", pages, len(all), got)
+		}
+		if !out.IsTruncated {
+			break
+		}
+		in.Marker = out.Marker
+	}
+	if len(all) != n || !slices.IsSorted(all) {
+		t.Errorf("listed %d users (sorted: %v), want %d in order", len(all), slices.IsSorted(all), n)
+	}
+
+	// Moves and renames, a new user, and a deleted one.
+	first, second := all[0], all[1]
+	if _, err := s.UpdateUser(ctx, storage.UpdateUserInput{UserName: first, NewPath: "/elsewhere/"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateUser(ctx, storage.UpdateUserInput{UserName: second, NewUserName: "ZZ-renamed"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateUser(ctx, storage.UpdateUserInput{UserName: "zz-renamed", NewUserName: "Zz-renamed"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateUser(ctx, types.User{UserName: "aa-new", UserID: "AIDANEW", Path: "/bucketbroker/"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteUserPolicy(ctx, all[2], "bucketbroker"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteAccessKey(ctx, all[2], fmt.Sprintf("AKIA%016X", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteUser(ctx, all[2]); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]string{"Zz-renamed", "aa-new"}, all[3:]...)
+	if got, _ := userNames(t, s, storage.ListUsersInput{PathPrefix: "/bucketbroker/"}); !cmp.Equal(got, want) {
+		t.Errorf("ListUsers under /bucketbroker/ after the changes:\n%s", cmp.Diff(want, got))
+	}
+	if got, _ := userNames(t, s, storage.ListUsersInput{PathPrefix: "/else"}); !cmp.Equal(got, []string{first}) {
+		t.Errorf("ListUsers under /else: %v, want [%s]", got, first)
+	}
+	// The same from the files.
+	if got, _ := userNames(t, openUserStore(t, dir), storage.ListUsersInput{PathPrefix: "/bucketbroker/"}); !cmp.Equal(got, want) {
+		t.Errorf("ListUsers after reopening:\n%s", cmp.Diff(want, got))
 	}
 }
