@@ -7,12 +7,20 @@
 //
 // The IAM API is versitygw's, but its storage is arranged here: versitygw's
 // file store keeps every user in one JSON file that each call parses and
-// each change rewrites in full, so a call costs time in proportion to the
-// number of users (135 ms per driver call at 300 users against 6 ms at a
-// few). userStore gives each user versitygw's store of its own, in
-// DataDir/iam/users/, and keeps in memory only which store holds which user
-// name and access key. Roles, OIDC providers, sessions, and users made
-// before this layout stay in DataDir/iam/iam.json and are served as before.
+// each change rewrites in full (after a backup copy), so a call costs time
+// in proportion to the number of users (135 ms per driver call at 300 users
+// against 6 ms at a few). userStore gives each user a file of its own,
+// DataDir/iam/users/u<hex of the user id>.json (userFile: the user as
+// versitygw's types.User encodes, about 1 KB; versitygw's store's logic for
+// one user; a change written to a temporary file renamed over it), and
+// keeps in memory which file holds which user name and access key, and
+// the names and paths in listing order, so that a ListUsers page reads its
+// own users only. A start reads each user's file once
+// (BenchmarkOpenUserStore); the start-up probe asks for one user by name.
+// Data directories of the earlier layouts are migrated by the first start:
+// a folder per user with versitygw's store in it is rewritten into the
+// user's file. Roles, OIDC providers, sessions, and users made before
+// per-user storage stay in DataDir/iam/iam.json and are served as before.
 // BenchmarkProvision measures a driver call as the users grow.
 //
 // The gateway does not hold any user's secret: it asks the IAM API, over a

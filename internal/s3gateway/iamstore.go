@@ -14,7 +14,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unique"
 
@@ -23,34 +22,41 @@ import (
 	"github.com/versity/versitygw/iamapi/types"
 )
 
-// usersDir holds one directory per IAM user, under the IAM directory.
+// usersDir holds one file per IAM user, under the IAM directory.
 const usersDir = "users"
 
-// userStore is the IAM API's storage: versitygw's own file store
-// (storage.InternalStore), one per user.
+// userStore is the IAM API's storage: a file per user (userFile) for
+// users, versitygw's own file store (storage.InternalStore) for the rest.
 //
 // versitygw keeps every user, key and policy in one JSON file that each
 // call reads and parses in full, and that each change reads, backs up,
 // parses, encodes and rewrites in full under one lock. A call therefore
 // costs time in proportion to the number of users, and all changes wait for
 // each other: with 300 users a driver call took about 135 ms against 6 ms
-// with a few (BenchmarkProvision). userStore gives each user a store of its
-// own in users/<hex of the user id>/, so a call reads and writes one user's
-// file, and the only state shared between users is two in-memory indexes,
-// built from the files at start: user name (case-folded, as IAM compares
-// names) to store, and access key id to store.
+// with a few (BenchmarkProvision). userStore gives each user a file of its
+// own, users/u<hex of the user id>.json, so a call reads and writes one
+// user's file, and the only state shared between users is in memory,
+// built from the files at start (each read once): user name (case-folded,
+// as IAM compares names) to store, access key id to store, and the names
+// and paths in listing order.
 //
-// Everything a store decides about one user (limits, tags, policies, keys,
-// errors) is still versitygw's code. What spans users is decided here: a
-// name or a key id is unique across stores, and a user is created and
-// deleted with its directory. Roles, OIDC providers, sessions, and users
-// written before this layout existed stay in the IAM directory's own
-// iam.json (root), which the embedded Storer serves.
+// What a userFile decides about its user (limits, tags, policies, keys,
+// errors) is versitygw's store's logic for one user. What spans users is
+// decided here: a name or a key id is unique across stores, and a user is
+// created and deleted with its file. Roles, OIDC providers, sessions, and
+// users written before per-user stores existed stay in the IAM
+// directory's own iam.json (root), which the embedded Storer serves.
+//
+// A data directory written before userFile has versitygw's store in a
+// folder per user, users/u<hex of the user id>/ (its iam.json and
+// iam.json.backup): the first start rewrites each such user into its
+// file and then removes the folder (migrate).
 type userStore struct {
 	storage.Storer // root: roles, OIDC providers, sessions, older users
 
-	dir  string // the IAM directory
-	root *userShard
+	dir    string // the IAM directory
+	folder string // its users folder, usersDir
+	root   *userShard
 
 	mu    sync.RWMutex
 	users map[string]*userShard // by strings.ToLower(user name)
@@ -68,41 +74,19 @@ type listing struct{ name, path string }
 
 // userShard is the store of one user (or root's, of the older users).
 // Every call holds mu for reading; deleting the user holds it for writing
-// and marks the shard gone, so no call reaches a removed directory.
+// and marks the shard gone, so no call reaches a removed file.
 type userShard struct {
 	mu    sync.RWMutex
-	dir   string // empty for root
 	gone  bool
-	open  sync.Once
-	store storage.Storer // nil until storer opens it
-	err   error          // of the opening
-}
-
-// storer returns the shard's versitygw store, opening it at the first
-// call: the start reads each user's file once for the indexes, and a
-// user's store is only opened (its file read again) when a call needs it.
-func (sh *userShard) storer() (storage.Storer, error) {
-	sh.open.Do(func() {
-		if sh.store == nil {
-			storesOpened.Add(1)
-			if sh.store, sh.err = storage.NewInternal(sh.dir); sh.err != nil {
-				sh.store, sh.err = nil, fmt.Errorf("open IAM store %s: %w", sh.dir, sh.err)
-			}
-		}
-	})
-	return sh.store, sh.err
+	store userStorer // a *userFile, or root's versitygw store
 }
 
 var _ storage.Storer = (*userStore)(nil)
 
-// storesOpened counts the users' versitygw stores opened by userShard.storer
-// in this process, for the tests: a start opens none.
-var storesOpened atomic.Int64
-
-// newUserStore opens the IAM directory dir and every user store under it.
-// A user directory without a user is what a crash between creating the
-// directory and writing the user, or between deleting the user and its
-// directory, leaves: it is removed.
+// newUserStore opens the IAM directory dir and every user file under it,
+// migrating the users of an older layout (migrate) and removing what a
+// killed write left (a temporary file, or a folder of the older layout
+// whose user was never written).
 func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 	if unwritten, err := unwrittenStore(dir); err != nil {
 		return nil, fmt.Errorf("open IAM store: %w", err)
@@ -117,44 +101,47 @@ func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open IAM store %s: %w", dir, err)
 	}
-	if err := os.MkdirAll(filepath.Join(dir, usersDir), 0o700); err != nil {
+	folder := filepath.Join(dir, usersDir)
+	if err := os.MkdirAll(folder, 0o700); err != nil {
 		return nil, fmt.Errorf("open IAM store: %w", err)
 	}
 	s := &userStore{
 		Storer: root,
 		dir:    dir,
+		folder: folder,
 		root:   &userShard{store: root},
 		users:  map[string]*userShard{},
 		keys:   map[string]*userShard{},
 		ids:    map[string]bool{},
 		listed: map[string]listing{},
 	}
-	if err := s.index(ctx, s.root); err != nil {
+	out, err := root.ListUsers(ctx, storage.ListUsersInput{})
+	if err != nil {
+		return nil, fmt.Errorf("open IAM store: list IAM users: %w", err)
+	}
+	if err := s.add(s.root, out.Users...); err != nil {
 		return nil, err
 	}
-	entries, err := os.ReadDir(filepath.Join(dir, usersDir))
+	entries, err := s.migrate()
 	if err != nil {
-		return nil, fmt.Errorf("open IAM store: %w", err)
+		return nil, err
 	}
 	for _, e := range entries {
-		if !e.IsDir() {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, userFileSuffix) {
 			continue
 		}
-		udir := filepath.Join(dir, usersDir, e.Name())
-		users, err := readUserFile(udir)
+		f := &userFile{folder: s.folder, base: name}
+		recordReads.Add(1)
+		b, err := os.ReadFile(f.path())
 		if err != nil {
 			return nil, fmt.Errorf("open IAM store: %w", err)
 		}
-		if len(users) == 0 {
-			// Never written, or its user deleted before its directory.
-			if err := os.RemoveAll(udir); err != nil {
-				return nil, fmt.Errorf("open IAM store: remove empty %s: %w", udir, err)
-			}
-			continue
+		u, err := decodeUser(f.path(), b)
+		if err != nil {
+			return nil, fmt.Errorf("open IAM store: %w", err)
 		}
-		// versitygw's store for the user is opened at its first call
-		// (userShard.storer): opening reads the file again.
-		if err := s.add(&userShard{dir: udir}, users); err != nil {
+		if err := s.add(&userShard{store: f}, u); err != nil {
 			return nil, err
 		}
 	}
@@ -162,19 +149,70 @@ func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 	return s, nil
 }
 
-// storedUser is what the start reads of a user in versitygw's file: its
-// names and its keys' ids, for the indexes.
-type storedUser struct {
-	UserName   string
-	UserID     string
-	Path       string
-	AccessKeys []struct{ AccessKeyId string }
+// migrate rewrites the users stored in folders of the older layout
+// (users/u<hex>/iam.json, versitygw's store) into files of their own,
+// removes the temporary files of killed writes, and returns the users
+// folder's entries after.
+//
+// A user's file is written whole (writeAtomic) before its folder is
+// removed: a process killed in between leaves both, and the next start
+// writes the file again from the folder, which no call changed since
+// (migrate runs before the store serves). A folder without a user (a
+// creation killed before it wrote, or a deletion before it removed the
+// folder) is removed.
+func (s *userStore) migrate() ([]os.DirEntry, error) {
+	entries, err := os.ReadDir(s.folder)
+	if err != nil {
+		return nil, fmt.Errorf("open IAM store: %w", err)
+	}
+	changed := false
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case !e.IsDir() && strings.HasSuffix(name, tmpSuffix):
+			// A whole copy of a user, secret keys included, that no
+			// one reads: removed.
+			if err := os.Remove(filepath.Join(s.folder, name)); err != nil {
+				return nil, fmt.Errorf("open IAM store: remove a killed write's temporary file: %w", err)
+			}
+			changed = true
+		case e.IsDir():
+			odir := filepath.Join(s.folder, name)
+			users, err := readOldStore(odir)
+			if err != nil {
+				return nil, fmt.Errorf("open IAM store: %w", err)
+			}
+			for _, u := range users {
+				f := &userFile{folder: s.folder, base: userFileName(u.UserID)}
+				if err := f.write(u); err != nil {
+					return nil, fmt.Errorf("open IAM store: migrate user %q from %s: %w", u.UserName, odir, err)
+				}
+			}
+			if err := os.RemoveAll(odir); err != nil {
+				return nil, fmt.Errorf("open IAM store: remove %s (its users are in files of their own now): %w", odir, err)
+			}
+			changed = true
+		}
+	}
+	if !changed {
+		return entries, nil
+	}
+	entries, err = os.ReadDir(s.folder)
+	if err != nil {
+		return nil, fmt.Errorf("open IAM store: %w", err)
+	}
+	return entries, nil
 }
 
-// readUserFile reads the users of the store in dir, reading and decoding
-// its file once; none when the store was never written (see
-// unwrittenStore, whose cleaning it does first).
-func readUserFile(dir string) ([]storedUser, error) {
+// userFileName is the name of the file of the user with this id.
+func userFileName(id string) string {
+	return "u" + hex.EncodeToString([]byte(id)) + userFileSuffix
+}
+
+// readOldStore reads the users of versitygw's store in dir (the older
+// layout), none when the store was never written (see unwrittenStore,
+// whose cleaning it does first).
+func readOldStore(dir string) ([]types.User, error) {
 	unwritten, err := unwrittenStore(dir)
 	if err != nil || unwritten {
 		return nil, err
@@ -189,12 +227,12 @@ func readUserFile(dir string) ([]storedUser, error) {
 	// The layout of versitygw's file (storage.InternalStore's iamConfig):
 	// users by name.
 	var conf struct {
-		Users map[string]storedUser `json:"users"`
+		Users map[string]types.User `json:"users"`
 	}
 	if err := json.Unmarshal(b, &conf); err != nil {
 		return nil, fmt.Errorf("read %s: %w", filepath.Join(dir, storeFile), err)
 	}
-	users := make([]storedUser, 0, len(conf.Users))
+	users := make([]types.User, 0, len(conf.Users))
 	for _, u := range conf.Users {
 		users = append(users, u)
 	}
@@ -266,30 +304,9 @@ func unwrittenStore(dir string) (bool, error) {
 	return true, nil
 }
 
-// index adds the users of root's store and their keys to the indexes.
-func (s *userStore) index(ctx context.Context, sh *userShard) error {
-	out, err := sh.store.ListUsers(ctx, storage.ListUsersInput{})
-	if err != nil {
-		return fmt.Errorf("list IAM users: %w", err)
-	}
-	users := make([]storedUser, 0, len(out.Users))
-	for _, u := range out.Users {
-		su := storedUser{UserName: u.UserName, UserID: u.UserID, Path: u.Path}
-		keys, err := sh.store.ListAccessKeys(ctx, storage.ListAccessKeysInput{UserName: u.UserName})
-		if err != nil {
-			return fmt.Errorf("list access keys of IAM user %q: %w", u.UserName, err)
-		}
-		for _, k := range keys.AccessKeys {
-			su.AccessKeys = append(su.AccessKeys, struct{ AccessKeyId string }{k.AccessKeyId})
-		}
-		users = append(users, su)
-	}
-	return s.add(sh, users)
-}
-
 // add puts users, stored in sh, and their keys in the indexes (at start
 // only; s.sorted is sorted after).
-func (s *userStore) add(sh *userShard, users []storedUser) error {
+func (s *userStore) add(sh *userShard, users ...types.User) error {
 	for _, u := range users {
 		if other := s.users[strings.ToLower(u.UserName)]; other != nil {
 			return fmt.Errorf("open IAM store: user %q is stored twice (%s and %s)", u.UserName, other.where(s.dir), sh.where(s.dir))
@@ -331,22 +348,16 @@ func (s *userStore) relist(oldKey string, u *types.User) {
 }
 
 func (sh *userShard) where(dir string) string {
-	if sh.dir == "" {
-		return filepath.Join(dir, storeFile)
+	if f, ok := sh.store.(*userFile); ok {
+		return f.path()
 	}
-	return sh.dir
+	return filepath.Join(dir, storeFile)
 }
 
 // withUser runs f on the store of the named user while that store cannot be
 // deleted.
-func (s *userStore) withUser(name string, f func(storage.Storer) error) error {
-	return s.withShard(name, func(sh *userShard) error {
-		st, err := sh.storer()
-		if err != nil {
-			return err
-		}
-		return f(st)
-	})
+func (s *userStore) withUser(name string, f func(userStorer) error) error {
+	return s.withShard(name, func(sh *userShard) error { return f(sh.store) })
 }
 
 // withShard runs f with the named user's shard while it cannot be deleted.
@@ -370,7 +381,7 @@ func (s *userStore) withShard(name string, f func(*userShard) error) error {
 }
 
 // withKey is withUser for the user that holds an access key.
-func (s *userStore) withKey(id string, f func(storage.Storer) error) error {
+func (s *userStore) withKey(id string, f func(userStorer) error) error {
 	s.mu.RLock()
 	sh := s.keys[id]
 	s.mu.RUnlock()
@@ -382,11 +393,7 @@ func (s *userStore) withKey(id string, f func(storage.Storer) error) error {
 	if sh.gone {
 		return iamerr.NoSuchEntityAccessKey(id)
 	}
-	st, err := sh.storer()
-	if err != nil {
-		return err
-	}
-	return f(st)
+	return f(sh.store)
 }
 
 // CreateUser creates the user in a store of its own. The name is taken in
@@ -394,7 +401,7 @@ func (s *userStore) withKey(id string, f func(storage.Storer) error) error {
 // wait until the user is written (or find it gone if that failed).
 func (s *userStore) CreateUser(ctx context.Context, user types.User) (*types.User, error) {
 	key := strings.ToLower(user.UserName)
-	sh := &userShard{dir: filepath.Join(s.dir, usersDir, "u"+hex.EncodeToString([]byte(user.UserID)))}
+	sh := &userShard{}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	s.mu.Lock()
@@ -423,29 +430,18 @@ func (s *userStore) CreateUser(ctx context.Context, user types.User) (*types.Use
 	return created, nil
 }
 
-func (s *userStore) createIn(ctx context.Context, sh *userShard, user types.User) (*types.User, error) {
-	if err := os.Mkdir(sh.dir, 0o700); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return nil, storage.ErrUserIDAlreadyExists
-		}
-		return nil, fmt.Errorf("create IAM user %q: %w", user.UserName, err)
+func (s *userStore) createIn(_ context.Context, sh *userShard, user types.User) (*types.User, error) {
+	f := &userFile{folder: s.folder, base: userFileName(user.UserID)}
+	created, err := f.create(user)
+	if err != nil {
+		return nil, err
 	}
-	st, err := storage.NewInternal(sh.dir)
-	if err == nil {
-		var created *types.User
-		if created, err = st.CreateUser(ctx, user); err == nil {
-			sh.store = st
-			return created, nil
-		}
-	}
-	if rerr := os.RemoveAll(sh.dir); rerr != nil {
-		err = errors.Join(err, rerr)
-	}
-	return nil, err
+	sh.store = f
+	return created, nil
 }
 
 // DeleteUser deletes the user (its store refuses while it has keys or
-// policies, as IAM does) and then its directory.
+// policies, as IAM does; a userFile removes its file).
 func (s *userStore) DeleteUser(ctx context.Context, name string) error {
 	for {
 		s.mu.RLock()
@@ -468,15 +464,11 @@ func (s *userStore) deleteFrom(ctx context.Context, sh *userShard, name string) 
 	if sh.gone {
 		return false, nil
 	}
-	st, err := sh.storer()
+	u, err := sh.store.GetUser(ctx, name)
 	if err != nil {
 		return true, err
 	}
-	u, err := st.GetUser(ctx, name)
-	if err != nil {
-		return true, err
-	}
-	if err := st.DeleteUser(ctx, name); err != nil {
+	if err := sh.store.DeleteUser(ctx, name); err != nil {
 		return true, err
 	}
 	s.mu.Lock()
@@ -484,13 +476,9 @@ func (s *userStore) deleteFrom(ctx context.Context, sh *userShard, name string) 
 	delete(s.ids, u.UserID)
 	s.relist(strings.ToLower(u.UserName), nil)
 	s.mu.Unlock()
-	if sh.dir == "" {
-		return true, nil // root: other users live there
+	if sh != s.root { // root: other users live there
+		sh.gone = true
 	}
-	sh.gone = true
-	// The user is deleted; a directory left by a failure here is removed
-	// at the next start.
-	_ = os.RemoveAll(sh.dir)
 	return true, nil
 }
 
@@ -500,7 +488,7 @@ func (s *userStore) UpdateUser(ctx context.Context, input storage.UpdateUserInpu
 	oldKey, newKey := strings.ToLower(input.UserName), strings.ToLower(input.NewUserName)
 	if input.NewUserName == "" || newKey == oldKey {
 		var out *types.User
-		err := s.withUser(input.UserName, func(st storage.Storer) (err error) {
+		err := s.withUser(input.UserName, func(st userStorer) (err error) {
 			if out, err = st.UpdateUser(ctx, input); err == nil {
 				// Its path, or the case of its name, may have changed.
 				s.mu.Lock()
@@ -537,14 +525,9 @@ func (s *userStore) renameIn(ctx context.Context, sh *userShard, input storage.U
 		s.mu.Unlock()
 		return nil, true, iamerr.EntityAlreadyExistsUser(input.NewUserName)
 	}
-	st, err := sh.storer()
-	if err != nil {
-		s.mu.Unlock()
-		return nil, true, err
-	}
 	s.users[newKey] = sh
 	s.mu.Unlock()
-	out, err := st.UpdateUser(ctx, input)
+	out, err := sh.store.UpdateUser(ctx, input)
 	s.mu.Lock()
 	if err != nil {
 		delete(s.users, newKey)
@@ -619,7 +602,7 @@ func iamCode(err error) string {
 
 func (s *userStore) GetUser(ctx context.Context, name string) (*types.User, error) {
 	var out *types.User
-	err := s.withUser(name, func(st storage.Storer) (err error) {
+	err := s.withUser(name, func(st userStorer) (err error) {
 		out, err = st.GetUser(ctx, name)
 		return err
 	})
@@ -628,7 +611,7 @@ func (s *userStore) GetUser(ctx context.Context, name string) (*types.User, erro
 
 func (s *userStore) GetUserByAccessKeyID(ctx context.Context, id string) (*types.User, error) {
 	var out *types.User
-	err := s.withKey(id, func(st storage.Storer) (err error) {
+	err := s.withKey(id, func(st userStorer) (err error) {
 		out, err = st.GetUserByAccessKeyID(ctx, id)
 		return err
 	})
@@ -636,16 +619,16 @@ func (s *userStore) GetUserByAccessKeyID(ctx context.Context, id string) (*types
 }
 
 func (s *userStore) TagUser(ctx context.Context, name string, tags []types.Tag) error {
-	return s.withUser(name, func(st storage.Storer) error { return st.TagUser(ctx, name, tags) })
+	return s.withUser(name, func(st userStorer) error { return st.TagUser(ctx, name, tags) })
 }
 
 func (s *userStore) UntagUser(ctx context.Context, name string, keys []string) error {
-	return s.withUser(name, func(st storage.Storer) error { return st.UntagUser(ctx, name, keys) })
+	return s.withUser(name, func(st userStorer) error { return st.UntagUser(ctx, name, keys) })
 }
 
 func (s *userStore) ListUserTags(ctx context.Context, input storage.ListUserTagsInput) (*storage.ListTagsOutput, error) {
 	var out *storage.ListTagsOutput
-	err := s.withUser(input.UserName, func(st storage.Storer) (err error) {
+	err := s.withUser(input.UserName, func(st userStorer) (err error) {
 		out, err = st.ListUserTags(ctx, input)
 		return err
 	})
@@ -666,11 +649,8 @@ func (s *userStore) CreateAccessKey(ctx context.Context, input storage.CreateAcc
 		}
 		s.keys[input.AccessKeyID] = sh
 		s.mu.Unlock()
-		st, err := sh.storer()
-		if err == nil {
-			out, err = st.CreateAccessKey(ctx, input)
-		}
-		if err != nil {
+		var err error
+		if out, err = sh.store.CreateAccessKey(ctx, input); err != nil {
 			s.mu.Lock()
 			delete(s.keys, input.AccessKeyID)
 			s.mu.Unlock()
@@ -681,7 +661,7 @@ func (s *userStore) CreateAccessKey(ctx context.Context, input storage.CreateAcc
 }
 
 func (s *userStore) UpdateAccessKey(ctx context.Context, input storage.UpdateAccessKeyInput) error {
-	return s.withUser(input.UserName, func(st storage.Storer) error { return st.UpdateAccessKey(ctx, input) })
+	return s.withUser(input.UserName, func(st userStorer) error { return st.UpdateAccessKey(ctx, input) })
 }
 
 // DeleteAccessKey deletes the key from the user's store, which is what
@@ -689,11 +669,7 @@ func (s *userStore) UpdateAccessKey(ctx context.Context, input storage.UpdateAcc
 // entry goes after.
 func (s *userStore) DeleteAccessKey(ctx context.Context, name, id string) error {
 	return s.withShard(name, func(sh *userShard) error {
-		st, err := sh.storer()
-		if err != nil {
-			return err
-		}
-		if err := st.DeleteAccessKey(ctx, name, id); err != nil {
+		if err := sh.store.DeleteAccessKey(ctx, name, id); err != nil {
 			return err
 		}
 		s.mu.Lock()
@@ -707,7 +683,7 @@ func (s *userStore) DeleteAccessKey(ctx context.Context, name, id string) error 
 
 func (s *userStore) GetAccessKeyLastUsed(ctx context.Context, id string) (*storage.GetAccessKeyLastUsedOutput, error) {
 	var out *storage.GetAccessKeyLastUsedOutput
-	err := s.withKey(id, func(st storage.Storer) (err error) {
+	err := s.withKey(id, func(st userStorer) (err error) {
 		out, err = st.GetAccessKeyLastUsed(ctx, id)
 		return err
 	})
@@ -716,7 +692,7 @@ func (s *userStore) GetAccessKeyLastUsed(ctx context.Context, id string) (*stora
 
 func (s *userStore) ListAccessKeys(ctx context.Context, input storage.ListAccessKeysInput) (*storage.ListAccessKeysOutput, error) {
 	var out *storage.ListAccessKeysOutput
-	err := s.withUser(input.UserName, func(st storage.Storer) (err error) {
+	err := s.withUser(input.UserName, func(st userStorer) (err error) {
 		out, err = st.ListAccessKeys(ctx, input)
 		return err
 	})
@@ -724,16 +700,16 @@ func (s *userStore) ListAccessKeys(ctx context.Context, input storage.ListAccess
 }
 
 func (s *userStore) RecordAccessKeyUsage(ctx context.Context, id, service, region string, when time.Time) error {
-	return s.withKey(id, func(st storage.Storer) error { return st.RecordAccessKeyUsage(ctx, id, service, region, when) })
+	return s.withKey(id, func(st userStorer) error { return st.RecordAccessKeyUsage(ctx, id, service, region, when) })
 }
 
 func (s *userStore) PutUserPolicy(ctx context.Context, input storage.PutUserPolicyInput) error {
-	return s.withUser(input.UserName, func(st storage.Storer) error { return st.PutUserPolicy(ctx, input) })
+	return s.withUser(input.UserName, func(st userStorer) error { return st.PutUserPolicy(ctx, input) })
 }
 
 func (s *userStore) GetUserPolicy(ctx context.Context, name, policy string) (*types.PolicyEntry, error) {
 	var out *types.PolicyEntry
-	err := s.withUser(name, func(st storage.Storer) (err error) {
+	err := s.withUser(name, func(st userStorer) (err error) {
 		out, err = st.GetUserPolicy(ctx, name, policy)
 		return err
 	})
@@ -741,12 +717,12 @@ func (s *userStore) GetUserPolicy(ctx context.Context, name, policy string) (*ty
 }
 
 func (s *userStore) DeleteUserPolicy(ctx context.Context, name, policy string) error {
-	return s.withUser(name, func(st storage.Storer) error { return st.DeleteUserPolicy(ctx, name, policy) })
+	return s.withUser(name, func(st userStorer) error { return st.DeleteUserPolicy(ctx, name, policy) })
 }
 
 func (s *userStore) ListUserPolicies(ctx context.Context, input storage.ListUserPoliciesInput) (*storage.ListUserPoliciesOutput, error) {
 	var out *storage.ListUserPoliciesOutput
-	err := s.withUser(input.UserName, func(st storage.Storer) (err error) {
+	err := s.withUser(input.UserName, func(st userStorer) (err error) {
 		out, err = st.ListUserPolicies(ctx, input)
 		return err
 	})

@@ -336,11 +336,11 @@ func TestUserStoreDropsUnwrittenStores(t *testing.T) {
 	}
 }
 
-// TestUserStoreKeepsWrittenStores: an empty file whose backup is not empty
-// was written before (only a crash of the machine truncates a renamed
-// file): the store refuses to open and removes nothing. A temporary file
-// a killed write left (a whole copy of the store, secrets included) is
-// removed at start.
+// TestUserStoreKeepsWrittenStores: in a folder of the older layout, an
+// empty file whose backup is not empty was written before (only a crash
+// of the machine truncates a renamed file): the store refuses to open and
+// removes nothing. A temporary file a killed write left (a whole copy of
+// a user, secrets included), of either layout, is removed at start.
 func TestUserStoreKeepsWrittenStores(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -348,11 +348,15 @@ func TestUserStoreKeepsWrittenStores(t *testing.T) {
 	if _, err := s.CreateUser(ctx, newUser("alice", "AIDA0001")); err != nil {
 		t.Fatal(err)
 	}
-	udirs, err := filepath.Glob(filepath.Join(dir, usersDir, "*"))
-	if err != nil || len(udirs) != 1 {
-		t.Fatalf("user directories %v %v, want one", udirs, err)
+	files, err := filepath.Glob(filepath.Join(dir, usersDir, "*"))
+	if err != nil || len(files) != 1 {
+		t.Fatalf("user files %v %v, want one", files, err)
 	}
-	leftovers := []string{filepath.Join(dir, storeFile+"123456"), filepath.Join(udirs[0], storeFile+"654321")}
+	old := filepath.Join(dir, usersDir, "uold")
+	if err := os.Mkdir(old, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	leftovers := []string{filepath.Join(dir, storeFile+"123456"), files[0] + tmpSuffix, filepath.Join(old, storeFile+"654321")}
 	for _, f := range leftovers {
 		if err := os.WriteFile(f, []byte(`{"secret":"x"}`), 0o600); err != nil {
 			t.Fatal(err)
@@ -368,6 +372,12 @@ func TestUserStoreKeepsWrittenStores(t *testing.T) {
 		}
 	}
 
+	dir = t.TempDir()
+	writeOldUsers(t, dir, 1)
+	udirs, err := filepath.Glob(filepath.Join(dir, usersDir, "*"))
+	if err != nil || len(udirs) != 1 {
+		t.Fatalf("user folders %v %v, want one", udirs, err)
+	}
 	if err := os.Truncate(filepath.Join(udirs[0], storeFile), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -424,18 +434,20 @@ func TestLockDataDir(t *testing.T) {
 }
 
 // TestStartReadsEachUserOnce starts the servers on an IAM directory of
-// users: the start reads each user's file once, for the indexes, and
-// opens no user's store (which would read it again), the start-up probe
-// included (a listing opens every user's). A call for one user then opens
-// that user's store only.
+// users: a start reads each user's file once, for the indexes, the
+// start-up probe included (a listing read every user's). A call for one
+// user then reads that user's file only. The first start also migrates
+// the users from the older layout (TestMigrateOlderLayout); the second is
+// counted.
 func TestStartReadsEachUserOnce(t *testing.T) {
 	const n = 30
 	cfg := testConfig(t, t.TempDir())
 	writeOldUsers(t, filepath.Join(cfg.DataDir, "iam"), n)
-	before := storesOpened.Load()
+	stop(t, start(t, cfg))
+	before := recordReads.Load()
 	srv := start(t, cfg)
-	if got := storesOpened.Load() - before; got != 0 {
-		t.Errorf("the start opened %d of %d users' stores, want none", got, n)
+	if got := recordReads.Load() - before; got != n {
+		t.Errorf("the start read %d user files for %d users, want each once", got, n)
 	}
 	rootIAM := iam.New(iam.Options{
 		Region: IAMRegion, BaseEndpoint: aws.String(srv.IAMEndpoint()), Retryer: aws.NopRetryer{},
@@ -446,8 +458,8 @@ func TestStartReadsEachUserOnce(t *testing.T) {
 	if err != nil || aws.ToString(out.User.UserName) != name {
 		t.Fatalf("GetUser %s: %v", name, err)
 	}
-	if got := storesOpened.Load() - before; got != 1 {
-		t.Errorf("after one GetUser %d stores are open, want 1", got)
+	if got := recordReads.Load() - before; got != n+1 {
+		t.Errorf("after one GetUser %d user files were read, want %d", got, n+1)
 	}
 }
 
@@ -461,14 +473,14 @@ func TestListUsersReadsThePage(t *testing.T) {
 	dir := t.TempDir()
 	writeOldUsers(t, dir, n)
 	s := openUserStore(t, dir)
-	before := storesOpened.Load()
+	before := recordReads.Load()
 	var all []string
 	in := storage.ListUsersInput{MaxItems: 5, PathPrefix: "/bucketbroker/"}
 	for pages := 1; ; pages++ {
 		names, out := userNames(t, s, in)
 		all = append(all, names...)
-		if got := storesOpened.Load() - before; got != int64(len(all)) {
-			t.Fatalf("after page %d (%d users listed) %d stores were read, want as many as listed", pages, len(all), got)
+		if got := recordReads.Load() - before; got != int64(len(all)) {
+			t.Fatalf("after page %d (%d users listed) %d user files were read, want as many as listed", pages, len(all), got)
 		}
 		if !out.IsTruncated {
 			break
