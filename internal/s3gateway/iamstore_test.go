@@ -339,8 +339,9 @@ func TestUserStoreDropsUnwrittenStores(t *testing.T) {
 // TestUserStoreKeepsWrittenStores: in a folder of the older layout, an
 // empty file whose backup is not empty was written before (only a crash
 // of the machine truncates a renamed file): the store refuses to open and
-// removes nothing. A temporary file a killed write left (a whole copy of
-// a user, secrets included), of either layout, is removed at start.
+// removes nothing; so does an emptied user file. A temporary file a
+// killed write left (a whole copy of a user, secrets included), of either
+// layout, is removed at start.
 func TestUserStoreKeepsWrittenStores(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -370,6 +371,18 @@ func TestUserStoreKeepsWrittenStores(t *testing.T) {
 		if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("temporary file %s is still there: %v", f, err)
 		}
+	}
+
+	// An emptied user file (a crash of the machine; a kill cannot): a
+	// refusal, and the file is kept.
+	if err := os.Truncate(files[0], 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newUserStore(ctx, dir); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Errorf("newUserStore over an emptied user file = %v, want a refusal", err)
+	}
+	if _, err := os.Stat(files[0]); err != nil {
+		t.Errorf("the refusal removed the emptied file: %v", err)
 	}
 
 	dir = t.TempDir()
