@@ -1,6 +1,7 @@
 package s3gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/versity/versitygw/iamapi/iamerr"
 	"github.com/versity/versitygw/iamapi/storage"
@@ -92,13 +95,74 @@ var killWrite func(data []byte) (keep int, kill bool)
 // errKilled is what a write stopped by killWrite returns.
 var errKilled = errors.New("killed (simulated)")
 
+// A user's file is two lines of JSON: what the start indexes of the user
+// (indexed: names, path, key ids), then the user. The start decodes the
+// first line only, a seventh of the file: decoding was more than half of
+// its time. Both lines are written in one file, so they cannot disagree.
+// A file of one line, the user alone, is read as well.
+
+// encodeUser makes a user's file.
+func encodeUser(u types.User) ([]byte, error) {
+	head, err := json.Marshal(indexEntry(u))
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(u)
+	if err != nil {
+		return nil, err
+	}
+	return append(append(head, '\n'), body...), nil
+}
+
 // decodeUser reads a user file's content.
 func decodeUser(path string, b []byte) (types.User, error) {
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		b = b[i+1:]
+	}
 	var u types.User
 	if err := json.Unmarshal(b, &u); err != nil {
 		return u, fmt.Errorf("read IAM user %s: %w", path, err)
 	}
 	return u, nil
+}
+
+// decodeIndexed reads what the start indexes from a user file's content.
+func decodeIndexed(b []byte, e *indexed) error {
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		b = b[:i]
+	}
+	return json.Unmarshal(b, e)
+}
+
+// readFile is os.ReadFile in fewer system calls (open, read to the end,
+// close; no fstat, no poller): the start reads every user's file, and
+// system calls were most of what was not decoding. buf is reused.
+func readFile(path string, buf []byte) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	for err == unix.EINTR {
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	}
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	buf = buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, max(cap(buf), 4096))
+		}
+		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
 }
 
 // load reads the user; ok is false when the file is gone (the user was
@@ -143,7 +207,7 @@ func (f *userFile) update(name string, change func(*types.User) error) error {
 }
 
 func (f *userFile) write(u types.User) error {
-	b, err := json.Marshal(u)
+	b, err := encodeUser(u)
 	if err != nil {
 		return fmt.Errorf("encode IAM user %q: %w", u.UserName, err)
 	}

@@ -293,3 +293,39 @@ func TestMigrateOlderLayout(t *testing.T) {
 		t.Errorf("users after reopening (-want +got):\n%s", diff)
 	}
 }
+
+// TestUserFileLines: a user's file is the indexed line and the user; the
+// start indexes from the first line only, and a file of the user alone
+// (one line) opens as well.
+func TestUserFileLines(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openUserStore(t, dir)
+	if _, err := s.CreateUser(ctx, newUser("alice", "AIDA0001")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateAccessKey(ctx, storage.CreateAccessKeyInput{UserName: "alice", AccessKeyID: "AKIA0001", SecretAccessKey: "s", Status: "Active"}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, usersDir, userFileName("AIDA0001")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) != 2 || strings.Contains(lines[0], "secret") || !strings.Contains(lines[0], "AKIA0001") || !strings.Contains(lines[1], `"SecretAccessKey":"s"`) {
+		t.Errorf("the user's file is\n%s\nwant the names and key ids on one line, then the user", b)
+	}
+	bob, err := json.Marshal(types.User{UserName: "bob", UserID: "AIDA0002", Path: "/", AccessKeys: []types.AccessKeyEntry{{AccessKeyId: "AKIA0002", SecretAccessKey: "t"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, usersDir, userFileName("AIDA0002")), bob, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := openUserStore(t, dir)
+	for key, want := range map[string]string{"AKIA0001": "alice", "AKIA0002": "bob"} {
+		if u, err := r.GetUserByAccessKeyID(ctx, key); err != nil || u.UserName != want {
+			t.Errorf("GetUserByAccessKeyID %s after reopening: %v, %v; want %s", key, u, err, want)
+		}
+	}
+}
