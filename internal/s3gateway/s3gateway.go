@@ -163,16 +163,26 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	if err := repair(objectsDir, versionsDir, log); err != nil {
-		_ = lock.Close()
-		running.Store(false)
-		return nil, fmt.Errorf("start embedded S3 server: %w", err)
-	}
+	// The repair of the objects runs while the IAM API opens its users
+	// (the two grow with the instances and touch different folders); the
+	// gateway starts once both are done.
+	repaired := make(chan error, 1)
+	go func() { repaired <- repair(objectsDir, versionsDir, log) }()
+	waitRepair := sync.OnceValue(func() error {
+		if err := <-repaired; err != nil {
+			return fmt.Errorf("start embedded S3 server: %w", err)
+		}
+		return nil
+	})
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 
 	s := &Server{region: cfg.Region, lock: lock, stop: make(chan struct{}), closed: make(chan struct{})}
-	if err := s.start(ctx, cfg, objectsDir, versionsDir, iamDir, runDir); err != nil {
+	if err := s.start(ctx, cfg, objectsDir, versionsDir, iamDir, runDir, waitRepair); err != nil {
+		// The repair's error, when it failed, is the one to report.
+		if rerr := waitRepair(); rerr != nil {
+			err = rerr
+		}
 		if s.gw != nil {
 			_ = s.gw.shutdown() // its error is in err already, or it was healthy
 		}
@@ -190,7 +200,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-func (s *Server) start(ctx context.Context, cfg Config, objectsDir, versionsDir, iamDir, runDir string) error {
+func (s *Server) start(ctx context.Context, cfg Config, objectsDir, versionsDir, iamDir, runDir string, repaired func() error) error {
 	sockPath, sockDir, err := privateSocket(runDir)
 	if err != nil {
 		return fmt.Errorf("start embedded IAM API: %w", err)
@@ -228,6 +238,9 @@ func (s *Server) start(ctx context.Context, cfg Config, objectsDir, versionsDir,
 		}
 	})
 	if err != nil {
+		return err
+	}
+	if err := repaired(); err != nil {
 		return err
 	}
 
