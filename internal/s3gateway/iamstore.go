@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unique"
 
@@ -60,6 +61,8 @@ type userStore struct {
 	dir    string // the IAM directory
 	folder string // its users folder, usersDir
 	root   *userShard
+	// migrated counts the users the open moved from the older layout.
+	migrated int
 
 	mu    sync.RWMutex
 	users map[string]*userShard // by strings.ToLower(user name)
@@ -236,6 +239,8 @@ func (s *userStore) migrate() ([]os.DirEntry, error) {
 	if len(old) == 0 {
 		return entries, nil
 	}
+	var migrated atomic.Int64
+	defer func() { s.migrated = int(migrated.Load()) }()
 	err = eachFile(len(old), func(i int) error {
 		odir := old[i]
 		if odir == "" {
@@ -245,6 +250,7 @@ func (s *userStore) migrate() ([]os.DirEntry, error) {
 		if err != nil {
 			return fmt.Errorf("open IAM store: %w", err)
 		}
+		migrated.Add(int64(len(users)))
 		for _, u := range users {
 			f := &userFile{folder: s.folder, base: userFileName(u.UserID)}
 			if err := f.write(u); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -456,7 +457,12 @@ func TestStartReadsEachUserOnce(t *testing.T) {
 	const n = 30
 	cfg := testConfig(t, t.TempDir())
 	writeOldUsers(t, filepath.Join(cfg.DataDir, "iam"), n)
+	var logged strings.Builder
+	cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
 	stop(t, start(t, cfg))
+	if !strings.Contains(logged.String(), "Moved the IAM users of the older layout") || !strings.Contains(logged.String(), fmt.Sprintf("users=%d", n)) {
+		t.Errorf("the first start's log does not say it migrated %d users:\n%s", n, logged.String())
+	}
 	before := recordReads.Load()
 	srv := start(t, cfg)
 	if got := recordReads.Load() - before; got != n {
