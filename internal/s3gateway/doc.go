@@ -11,7 +11,7 @@
 // in proportion to the number of users (135 ms per driver call at 300 users
 // against 6 ms at a few). userStore gives each user a file of its own,
 // DataDir/iam/users/u<hex of the user id>.json (userFile: the user as
-// versitygw's types.User encodes, about 1 KB; versitygw's store's logic for
+// versitygw's types.User encodes, about 1.4 KB; versitygw's store's logic for
 // one user; a change written to a temporary file renamed over it), and
 // keeps in memory which file holds which user name and access key, and
 // the names and paths in listing order, so that a ListUsers page reads its

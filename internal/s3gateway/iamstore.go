@@ -142,7 +142,7 @@ func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 	}
 	// Read and decoded on every core; indexed in the files' order, so
 	// that a name or key stored twice is reported the same way each time.
-	indexed := make([]indexed, len(files))
+	found := make([]indexed, len(files))
 	bufs := sync.Pool{New: func() any { return new([]byte) }}
 	err = eachFile(len(files), func(i int) error {
 		recordReads.Add(1)
@@ -157,7 +157,7 @@ func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 			err = errors.New("empty: lost in a crash of the machine? Nothing was removed; remove the file to start without its user")
 		}
 		if err == nil {
-			err = decodeIndexed(b, &indexed[i])
+			err = decodeIndexed(b, &found[i])
 		}
 		if err != nil {
 			return fmt.Errorf("open IAM store: read IAM user %s: %w", files[i].path(), err)
@@ -168,7 +168,7 @@ func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 		return nil, err
 	}
 	for i, f := range files {
-		if err := s.add(&userShard{store: f}, indexed[i]); err != nil {
+		if err := s.add(&userShard{store: f}, found[i]); err != nil {
 			return nil, err
 		}
 	}
