@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -77,6 +78,9 @@ type auditOptions struct {
 	purge    bool
 	timeout  time.Duration
 	ups      upstreamSources
+	// pprofListen serves the profiling endpoints while the audit runs
+	// (bindPprofFlag).
+	pprofListen string
 }
 
 func newAuditCommand() *cobra.Command {
@@ -138,6 +142,9 @@ Exit status: 0 no drift (or all of it fixed), 1 the audit could not run,
 			if err := storageFromEnv(&o.cfg); err != nil {
 				return err
 			}
+			if err := checkPprofFlag(o.pprofListen); err != nil {
+				return err
+			}
 			if o.fix && !o.yes && !isTerminal(cmd.InOrStdin()) {
 				return fmt.Errorf("--fix deletes backend resources and asks for confirmation, but standard input is not a terminal: pass --yes to fix without asking")
 			}
@@ -160,6 +167,7 @@ Exit status: 0 no drift (or all of it fixed), 1 the audit could not run,
 	f.BoolVar(&o.purge, "purge", false, "with --fix: delete leaked buckets that still hold objects, objects and all")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
 	o.ups.bind(f)
+	bindPprofFlag(f, &o.pprofListen)
 	return cmd
 }
 
@@ -168,6 +176,14 @@ Exit status: 0 no drift (or all of it fixed), 1 the audit could not run,
 func runAudit(cmd *cobra.Command, o auditOptions) (drift bool, err error) {
 	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
 	defer cancel()
+	// Its one log line (the address) goes to standard error, with the
+	// audit's errors: standard output is the report's.
+	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	prof, err := startPprof(o.pprofListen, logger)
+	if err != nil {
+		return false, err
+	}
+	defer stopPprof(prof, logger)
 	if o.cfg.DataDir, err = filepath.Abs(o.cfg.DataDir); err != nil {
 		return false, fmt.Errorf("data dir: %w", err)
 	}

@@ -118,9 +118,14 @@ func TestAdminAudit(t *testing.T) {
 		t.Errorf("audit --fix --yes fixed everything but exited with the drift status")
 	}
 
-	out, _, drift, err = runAuditCmd(t, "", args...)
+	// With the profiling endpoints (--pprof-listen): on loopback, the
+	// address said on standard error, the report alone on standard output.
+	out, stderr, drift, err = runAuditCmd(t, "", append(args, "--pprof-listen", ":0")...)
 	if err != nil || drift || !strings.Contains(out, "No drift") {
 		t.Errorf("audit after the fix: drift %v, err %v, output:\n%s\nwant no drift", drift, err, out)
+	}
+	if !strings.Contains(stderr, "Serving pprof") || !strings.Contains(stderr, "http://127.0.0.1:") || strings.Contains(out, "pprof") {
+		t.Errorf("audit --pprof-listen :0: standard error\n%s\nstandard output\n%s\nwant the loopback address of the profiles on standard error only", stderr, out)
 	}
 }
 

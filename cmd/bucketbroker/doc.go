@@ -6,7 +6,8 @@
 // The storage flags (flags.go) are declared once for every command that
 // builds a backend (serve, controller, admin audit), and backend.Start
 // (internal/backend) builds it from them. --pprof-listen (serve,
-// controller) serves net/http/pprof on a server of its own, off by default.
+// controller, admin audit) serves net/http/pprof on a server of its own,
+// off by default.
 //
 // Secrets are read from the environment, never from flags (flags show in
 // process listings): BUCKETBROKER_USERNAME, BUCKETBROKER_PASSWORD,

@@ -33,7 +33,8 @@ func TestStorageFlagsDeclaredOnce(t *testing.T) {
 		commands [][]string
 	}{
 		{[]string{"driver", "data-dir", "s3-listen", "iam-listen", "s3-endpoint", "iam-endpoint", "region", "path-style", "name-prefix"}, backend},
-		{[]string{"public-s3-endpoint", "pprof-listen"}, [][]string{{"serve"}, {"controller"}}},
+		{[]string{"public-s3-endpoint"}, [][]string{{"serve"}, {"controller"}}},
+		{[]string{"pprof-listen"}, [][]string{{"serve"}, {"controller"}, {"admin", "audit"}}},
 		{[]string{"store", "data-dir"}, storeOnly},
 		{[]string{"upstream", "upstream-config", "bucket-service"}, [][]string{{"serve"}, {"admin", "audit"}}},
 	} {
@@ -76,10 +77,10 @@ func TestPprofAddress(t *testing.T) {
 	}
 }
 
-// TestPprofOffByDefault: neither serve nor controller serves profiles
-// unless asked.
+// TestPprofOffByDefault: neither serve, controller nor admin audit serves
+// profiles unless asked.
 func TestPprofOffByDefault(t *testing.T) {
-	for _, path := range [][]string{{"serve"}, {"controller"}} {
+	for _, path := range [][]string{{"serve"}, {"controller"}, {"admin", "audit"}} {
 		if f := subcommand(t, path...).Flags().Lookup("pprof-listen"); f == nil || f.DefValue != "" {
 			t.Errorf("%v --pprof-listen: %v, want a flag that defaults to off", path, f)
 		}

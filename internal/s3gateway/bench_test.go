@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -208,4 +209,42 @@ func BenchmarkRepairVersions(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/keys, "µs/key")
+}
+
+var benchBuckets = flag.Int("repair-buckets", 10000, "BenchmarkRepairEmptyBuckets: buckets (1-1,000,000)")
+
+// BenchmarkRepairEmptyBuckets measures the start-up repair over
+// -repair-buckets empty buckets, as the broker makes them (one per
+// instance, most of them empty of objects, none versioned): the part of
+// the repair that grows with the instances rather than the objects.
+//
+//	go test -run '^$' -bench RepairEmptyBuckets -benchtime 3x ./internal/s3gateway/ -repair-buckets 100000
+func BenchmarkRepairEmptyBuckets(b *testing.B) {
+	n := *benchBuckets
+	if n < 1 || n > 1_000_000 {
+		b.Fatalf("-repair-buckets %d: want 1 to 1,000,000", n)
+	}
+	dir := b.TempDir()
+	objects, versions := filepath.Join(dir, "objects"), filepath.Join(dir, "versions")
+	if err := os.MkdirAll(versions, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	err := each(n, runtime.GOMAXPROCS(0), func(i int) error {
+		bucket := filepath.Join(objects, fmt.Sprintf("bb-instance-%032x", i))
+		if err := os.MkdirAll(bucket, 0o700); err != nil {
+			return err
+		}
+		return unix.Setxattr(bucket, bucketACLXattr, []byte(`{"Owner":"root"}`), 0)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	b.ResetTimer()
+	for range b.N {
+		if err := repair(objects, versions, log); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/float64(n), "µs/bucket")
 }

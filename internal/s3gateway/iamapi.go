@@ -14,20 +14,17 @@ type iamConfig struct {
 	rootAccess, rootSecret string
 	addr                   string // public IAM API, host:port
 	socket                 string // private API for the gateway, a unix socket path
-	dir                    string // the IAM directory
+	store                  *userStore
 }
 
 // runIAMAPI serves versitygw's IAM API and its private API (signature
-// checks and policy evaluation for the gateway) on a userStore, until ctx
+// checks and policy evaluation for the gateway) on an open userStore, until ctx
 // ends. It does what embedgw.RunIAMAPI does for a file store with the
 // options Start used there, except that RunIAMAPI can only build the store
 // itself, and its file store costs time in proportion to the number of
 // users (see userStore).
 func runIAMAPI(ctx context.Context, cfg iamConfig) error {
-	store, err := newUserStore(ctx, cfg.dir)
-	if err != nil {
-		return err
-	}
+	store := cfg.store
 	root := iamapi.RootCredentials{Access: cfg.rootAccess, Secret: cfg.rootSecret}
 	// Keep-alive stays off, as versitygw has it by default, here and on the
 	// S3 listener: with it on, after a client had many connections open at

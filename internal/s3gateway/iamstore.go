@@ -3,72 +3,96 @@ package s3gateway
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unique"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/versity/versitygw/iamapi/iamerr"
 	"github.com/versity/versitygw/iamapi/storage"
 	"github.com/versity/versitygw/iamapi/types"
 )
 
-// usersDir holds one directory per IAM user, under the IAM directory.
+// usersDir holds one file per IAM user, under the IAM directory.
 const usersDir = "users"
 
-// userStore is the IAM API's storage: versitygw's own file store
-// (storage.InternalStore), one per user.
+// userStore is the IAM API's storage: a file per user (userFile) for
+// users, versitygw's own file store (storage.InternalStore) for the rest.
 //
 // versitygw keeps every user, key and policy in one JSON file that each
 // call reads and parses in full, and that each change reads, backs up,
 // parses, encodes and rewrites in full under one lock. A call therefore
 // costs time in proportion to the number of users, and all changes wait for
 // each other: with 300 users a driver call took about 135 ms against 6 ms
-// with a few (BenchmarkProvision). userStore gives each user a store of its
-// own in users/<hex of the user id>/, so a call reads and writes one user's
-// file, and the only state shared between users is two in-memory indexes,
-// built from the files at start: user name (case-folded, as IAM compares
-// names) to store, and access key id to store.
+// with a few (BenchmarkProvision). userStore gives each user a file of its
+// own, users/u<hex of the user id>.json, so a call reads and writes one
+// user's file, and the only state shared between users is in memory,
+// built from the files at start (each read once): user name (case-folded,
+// as IAM compares names) to store, access key id to store, and the names
+// and paths in listing order.
 //
-// Everything a store decides about one user (limits, tags, policies, keys,
-// errors) is still versitygw's code. What spans users is decided here: a
-// name or a key id is unique across stores, and a user is created and
-// deleted with its directory. Roles, OIDC providers, sessions, and users
-// written before this layout existed stay in the IAM directory's own
-// iam.json (root), which the embedded Storer serves.
+// What a userFile decides about its user (limits, tags, policies, keys,
+// errors) is versitygw's store's logic for one user. What spans users is
+// decided here: a name or a key id is unique across stores, and a user is
+// created and deleted with its file. Roles, OIDC providers, sessions, and
+// users written before per-user stores existed stay in the IAM
+// directory's own iam.json (root), which the embedded Storer serves.
+//
+// A data directory written before userFile has versitygw's store in a
+// folder per user, users/u<hex of the user id>/ (its iam.json and
+// iam.json.backup): the first start rewrites each such user into its
+// file and then removes the folder (migrate).
 type userStore struct {
 	storage.Storer // root: roles, OIDC providers, sessions, older users
 
-	dir  string // the IAM directory
-	root *userShard
+	dir    string // the IAM directory
+	folder string // its users folder, usersDir
+	root   *userShard
+	// migrated counts the users the open moved from the older layout.
+	migrated int
 
 	mu    sync.RWMutex
 	users map[string]*userShard // by strings.ToLower(user name)
 	keys  map[string]*userShard // by access key id
 	ids   map[string]bool       // user ids, unique across stores
+	// listed and sorted answer ListUsers without reading every user:
+	// the stored name and path of every user, by strings.ToLower(name),
+	// and the stored names in versitygw's listing order (bytes).
+	listed map[string]listing
+	sorted []string
 }
+
+// listing is what ListUsers needs to know of a user before reading it.
+type listing struct{ name, path string }
 
 // userShard is the store of one user (or root's, of the older users).
 // Every call holds mu for reading; deleting the user holds it for writing
-// and marks the shard gone, so no call reaches a removed directory.
+// and marks the shard gone, so no call reaches a removed file.
 type userShard struct {
 	mu    sync.RWMutex
-	store storage.Storer
-	dir   string // empty for root
 	gone  bool
+	store userStorer // a *userFile, or root's versitygw store
 }
 
 var _ storage.Storer = (*userStore)(nil)
 
-// newUserStore opens the IAM directory dir and every user store under it.
-// A user directory without a user is what a crash between creating the
-// directory and writing the user, or between deleting the user and its
-// directory, leaves: it is removed.
+// newUserStore opens the IAM directory dir and every user file under it,
+// migrating the users of an older layout (migrate) and removing what a
+// killed write left (a temporary file, or a folder of the older layout
+// whose user was never written).
 func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 	if unwritten, err := unwrittenStore(dir); err != nil {
 		return nil, fmt.Errorf("open IAM store: %w", err)
@@ -83,57 +107,204 @@ func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open IAM store %s: %w", dir, err)
 	}
-	if err := os.MkdirAll(filepath.Join(dir, usersDir), 0o700); err != nil {
+	folder := filepath.Join(dir, usersDir)
+	if err := os.MkdirAll(folder, 0o700); err != nil {
 		return nil, fmt.Errorf("open IAM store: %w", err)
 	}
 	s := &userStore{
 		Storer: root,
 		dir:    dir,
+		folder: folder,
 		root:   &userShard{store: root},
 		users:  map[string]*userShard{},
 		keys:   map[string]*userShard{},
 		ids:    map[string]bool{},
+		listed: map[string]listing{},
 	}
-	if err := s.index(ctx, s.root); err != nil {
+	out, err := root.ListUsers(ctx, storage.ListUsersInput{})
+	if err != nil {
+		return nil, fmt.Errorf("open IAM store: list IAM users: %w", err)
+	}
+	for _, u := range out.Users {
+		if err := s.add(s.root, indexEntry(u)); err != nil {
+			return nil, err
+		}
+	}
+	entries, err := s.migrate()
+	if err != nil {
 		return nil, err
 	}
-	entries, err := os.ReadDir(filepath.Join(dir, usersDir))
+	var files []*userFile
+	for _, e := range entries {
+		if name := e.Name(); !e.IsDir() && strings.HasSuffix(name, userFileSuffix) {
+			files = append(files, &userFile{folder: s.folder, base: name})
+		}
+	}
+	// Read and decoded on every core; indexed in the files' order, so
+	// that a name or key stored twice is reported the same way each time.
+	found := make([]indexed, len(files))
+	bufs := sync.Pool{New: func() any { return new([]byte) }}
+	err = eachFile(len(files), func(i int) error {
+		recordReads.Add(1)
+		buf := bufs.Get().(*[]byte)
+		defer bufs.Put(buf)
+		b, err := readFile(files[i].path(), *buf)
+		*buf = b
+		if err == nil && len(b) == 0 {
+			// A kill -9 cannot leave it (the file is renamed into
+			// place written whole); a crash of the machine can, as
+			// nothing is fsynced. It held a user: nothing is removed.
+			err = errors.New("empty: lost in a crash of the machine? Nothing was removed; remove the file to start without its user")
+		}
+		if err == nil {
+			err = decodeIndexed(b, &found[i])
+		}
+		if err != nil {
+			return fmt.Errorf("open IAM store: read IAM user %s: %w", files[i].path(), err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, f := range files {
+		if err := s.add(&userShard{store: f}, found[i]); err != nil {
+			return nil, err
+		}
+	}
+	slices.Sort(s.sorted)
+	return s, nil
+}
+
+// indexed is what the start reads of a user for the indexes, the first
+// line of the user's file (encodeUser); its fields are named as in
+// types.User, so that a file of the user alone decodes into it too.
+type indexed struct {
+	UserName   string
+	UserID     string
+	Path       string
+	AccessKeys []struct{ AccessKeyId string }
+}
+
+func indexEntry(u types.User) indexed {
+	e := indexed{UserName: u.UserName, UserID: u.UserID, Path: u.Path}
+	for _, k := range u.AccessKeys {
+		e.AccessKeys = append(e.AccessKeys, struct{ AccessKeyId string }{k.AccessKeyId})
+	}
+	return e
+}
+
+// eachFile calls f(0..n-1) on as many goroutines as there are cores (the
+// start's reads and decodes, its migration) and returns the first error.
+func eachFile(n int, f func(i int) error) error {
+	var g errgroup.Group
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i := range n {
+		g.Go(func() error { return f(i) })
+	}
+	return g.Wait()
+}
+
+// migrate rewrites the users stored in folders of the older layout
+// (users/u<hex>/iam.json, versitygw's store) into files of their own,
+// removes the temporary files of killed writes, and returns the users
+// folder's entries after.
+//
+// A user's file is written whole (writeAtomic) before its folder is
+// removed: a process killed in between leaves both, and the next start
+// writes the file again from the folder, which no call changed since
+// (migrate runs before the store serves). A folder without a user (a
+// creation killed before it wrote, or a deletion before it removed the
+// folder) is removed.
+func (s *userStore) migrate() ([]os.DirEntry, error) {
+	entries, err := os.ReadDir(s.folder)
 	if err != nil {
 		return nil, fmt.Errorf("open IAM store: %w", err)
 	}
+	var old []string
 	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		udir := filepath.Join(dir, usersDir, e.Name())
-		if unwritten, err := unwrittenStore(udir); err != nil {
-			return nil, fmt.Errorf("open IAM store: %w", err)
-		} else if unwritten {
-			if err := os.RemoveAll(udir); err != nil {
-				return nil, fmt.Errorf("open IAM store: remove unwritten %s: %w", udir, err)
+		name := e.Name()
+		switch {
+		case !e.IsDir() && strings.HasSuffix(name, tmpSuffix):
+			// A whole copy of a user, secret keys included, that no
+			// one reads: removed.
+			if err := os.Remove(filepath.Join(s.folder, name)); err != nil {
+				return nil, fmt.Errorf("open IAM store: remove a killed write's temporary file: %w", err)
 			}
-			continue
-		}
-		st, err := storage.NewInternal(udir)
-		if err != nil {
-			return nil, fmt.Errorf("open IAM store %s: %w", udir, err)
-		}
-		sh := &userShard{store: st, dir: udir}
-		n, err := s.count(ctx, sh)
-		if err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			if err := os.RemoveAll(udir); err != nil {
-				return nil, fmt.Errorf("open IAM store: remove empty %s: %w", udir, err)
-			}
-			continue
-		}
-		if err := s.index(ctx, sh); err != nil {
-			return nil, err
+			old = append(old, "")
+		case e.IsDir():
+			old = append(old, filepath.Join(s.folder, name))
 		}
 	}
-	return s, nil
+	if len(old) == 0 {
+		return entries, nil
+	}
+	var migrated atomic.Int64
+	defer func() { s.migrated = int(migrated.Load()) }()
+	err = eachFile(len(old), func(i int) error {
+		odir := old[i]
+		if odir == "" {
+			return nil
+		}
+		users, err := readOldStore(odir)
+		if err != nil {
+			return fmt.Errorf("open IAM store: %w", err)
+		}
+		migrated.Add(int64(len(users)))
+		for _, u := range users {
+			f := &userFile{folder: s.folder, base: userFileName(u.UserID)}
+			if err := f.write(u); err != nil {
+				return fmt.Errorf("open IAM store: migrate user %q from %s: %w", u.UserName, odir, err)
+			}
+		}
+		if err := os.RemoveAll(odir); err != nil {
+			return fmt.Errorf("open IAM store: remove %s (its users are in files of their own now): %w", odir, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	entries, err = os.ReadDir(s.folder)
+	if err != nil {
+		return nil, fmt.Errorf("open IAM store: %w", err)
+	}
+	return entries, nil
+}
+
+// userFileName is the name of the file of the user with this id.
+func userFileName(id string) string {
+	return "u" + hex.EncodeToString([]byte(id)) + userFileSuffix
+}
+
+// readOldStore reads the users of versitygw's store in dir (the older
+// layout), none when the store was never written (see unwrittenStore,
+// whose cleaning it does first).
+func readOldStore(dir string) ([]types.User, error) {
+	unwritten, err := unwrittenStore(dir)
+	if err != nil || unwritten {
+		return nil, err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, storeFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	// The layout of versitygw's file (storage.InternalStore's iamConfig):
+	// users by name.
+	var conf struct {
+		Users map[string]types.User `json:"users"`
+	}
+	if err := json.Unmarshal(b, &conf); err != nil {
+		return nil, fmt.Errorf("read %s: %w", filepath.Join(dir, storeFile), err)
+	}
+	users := make([]types.User, 0, len(conf.Users))
+	for _, u := range conf.Users {
+		users = append(users, u)
+	}
+	return users, nil
 }
 
 // storeFile is the file of versitygw's file store (storage.InternalStore)
@@ -201,31 +372,18 @@ func unwrittenStore(dir string) (bool, error) {
 	return true, nil
 }
 
-func (s *userStore) count(ctx context.Context, sh *userShard) (int, error) {
-	out, err := sh.store.ListUsers(ctx, storage.ListUsersInput{})
-	if err != nil {
-		return 0, fmt.Errorf("list IAM users: %w", err)
-	}
-	return len(out.Users), nil
-}
-
-// index adds sh's users and their keys to the indexes (at start only).
-func (s *userStore) index(ctx context.Context, sh *userShard) error {
-	out, err := sh.store.ListUsers(ctx, storage.ListUsersInput{})
-	if err != nil {
-		return fmt.Errorf("list IAM users: %w", err)
-	}
-	for _, u := range out.Users {
+// add puts users, stored in sh, and their keys in the indexes (at start
+// only; s.sorted is sorted after).
+func (s *userStore) add(sh *userShard, users ...indexed) error {
+	for _, u := range users {
 		if other := s.users[strings.ToLower(u.UserName)]; other != nil {
 			return fmt.Errorf("open IAM store: user %q is stored twice (%s and %s)", u.UserName, other.where(s.dir), sh.where(s.dir))
 		}
 		s.users[strings.ToLower(u.UserName)] = sh
 		s.ids[u.UserID] = true
-		keys, err := sh.store.ListAccessKeys(ctx, storage.ListAccessKeysInput{UserName: u.UserName})
-		if err != nil {
-			return fmt.Errorf("list access keys of IAM user %q: %w", u.UserName, err)
-		}
-		for _, k := range keys.AccessKeys {
+		s.listed[strings.ToLower(u.UserName)] = listing{name: u.UserName, path: s.intern(u.Path)}
+		s.sorted = append(s.sorted, u.UserName)
+		for _, k := range u.AccessKeys {
 			if other := s.keys[k.AccessKeyId]; other != nil {
 				return fmt.Errorf("open IAM store: access key %s is stored twice (%s and %s)", k.AccessKeyId, other.where(s.dir), sh.where(s.dir))
 			}
@@ -235,16 +393,38 @@ func (s *userStore) index(ctx context.Context, sh *userShard) error {
 	return nil
 }
 
-func (sh *userShard) where(dir string) string {
-	if sh.dir == "" {
-		return filepath.Join(dir, storeFile)
+// intern returns path held once in memory for all the users that have
+// it: they share a handful of paths (the driver's one).
+func (s *userStore) intern(path string) string { return unique.Make(path).Value() }
+
+// relist updates the listing after the user known as oldKey (empty for
+// none) became u (nil for none). Under s.mu.
+func (s *userStore) relist(oldKey string, u *types.User) {
+	if l, ok := s.listed[oldKey]; ok && oldKey != "" {
+		delete(s.listed, oldKey)
+		if i, found := slices.BinarySearch(s.sorted, l.name); found {
+			s.sorted = slices.Delete(s.sorted, i, i+1)
+		}
 	}
-	return sh.dir
+	if u == nil {
+		return
+	}
+	s.listed[strings.ToLower(u.UserName)] = listing{name: u.UserName, path: s.intern(u.Path)}
+	if i, found := slices.BinarySearch(s.sorted, u.UserName); !found {
+		s.sorted = slices.Insert(s.sorted, i, u.UserName)
+	}
+}
+
+func (sh *userShard) where(dir string) string {
+	if f, ok := sh.store.(*userFile); ok {
+		return f.path()
+	}
+	return filepath.Join(dir, storeFile)
 }
 
 // withUser runs f on the store of the named user while that store cannot be
 // deleted.
-func (s *userStore) withUser(name string, f func(storage.Storer) error) error {
+func (s *userStore) withUser(name string, f func(userStorer) error) error {
 	return s.withShard(name, func(sh *userShard) error { return f(sh.store) })
 }
 
@@ -269,7 +449,7 @@ func (s *userStore) withShard(name string, f func(*userShard) error) error {
 }
 
 // withKey is withUser for the user that holds an access key.
-func (s *userStore) withKey(id string, f func(storage.Storer) error) error {
+func (s *userStore) withKey(id string, f func(userStorer) error) error {
 	s.mu.RLock()
 	sh := s.keys[id]
 	s.mu.RUnlock()
@@ -289,7 +469,7 @@ func (s *userStore) withKey(id string, f func(storage.Storer) error) error {
 // wait until the user is written (or find it gone if that failed).
 func (s *userStore) CreateUser(ctx context.Context, user types.User) (*types.User, error) {
 	key := strings.ToLower(user.UserName)
-	sh := &userShard{dir: filepath.Join(s.dir, usersDir, "u"+hex.EncodeToString([]byte(user.UserID)))}
+	sh := &userShard{}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	s.mu.Lock()
@@ -306,40 +486,30 @@ func (s *userStore) CreateUser(ctx context.Context, user types.User) (*types.Use
 	s.mu.Unlock()
 
 	created, err := s.createIn(ctx, sh, user)
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err != nil {
 		sh.gone = true
-		s.mu.Lock()
 		delete(s.users, key)
 		delete(s.ids, user.UserID)
-		s.mu.Unlock()
 		return nil, err
 	}
+	s.relist("", created)
 	return created, nil
 }
 
-func (s *userStore) createIn(ctx context.Context, sh *userShard, user types.User) (*types.User, error) {
-	if err := os.Mkdir(sh.dir, 0o700); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return nil, storage.ErrUserIDAlreadyExists
-		}
-		return nil, fmt.Errorf("create IAM user %q: %w", user.UserName, err)
+func (s *userStore) createIn(_ context.Context, sh *userShard, user types.User) (*types.User, error) {
+	f := &userFile{folder: s.folder, base: userFileName(user.UserID)}
+	created, err := f.create(user)
+	if err != nil {
+		return nil, err
 	}
-	st, err := storage.NewInternal(sh.dir)
-	if err == nil {
-		var created *types.User
-		if created, err = st.CreateUser(ctx, user); err == nil {
-			sh.store = st
-			return created, nil
-		}
-	}
-	if rerr := os.RemoveAll(sh.dir); rerr != nil {
-		err = errors.Join(err, rerr)
-	}
-	return nil, err
+	sh.store = f
+	return created, nil
 }
 
 // DeleteUser deletes the user (its store refuses while it has keys or
-// policies, as IAM does) and then its directory.
+// policies, as IAM does; a userFile removes its file).
 func (s *userStore) DeleteUser(ctx context.Context, name string) error {
 	for {
 		s.mu.RLock()
@@ -372,14 +542,11 @@ func (s *userStore) deleteFrom(ctx context.Context, sh *userShard, name string) 
 	s.mu.Lock()
 	delete(s.users, strings.ToLower(u.UserName))
 	delete(s.ids, u.UserID)
+	s.relist(strings.ToLower(u.UserName), nil)
 	s.mu.Unlock()
-	if sh.dir == "" {
-		return true, nil // root: other users live there
+	if sh != s.root { // root: other users live there
+		sh.gone = true
 	}
-	sh.gone = true
-	// The user is deleted; a directory left by a failure here is removed
-	// at the next start.
-	_ = os.RemoveAll(sh.dir)
 	return true, nil
 }
 
@@ -389,8 +556,13 @@ func (s *userStore) UpdateUser(ctx context.Context, input storage.UpdateUserInpu
 	oldKey, newKey := strings.ToLower(input.UserName), strings.ToLower(input.NewUserName)
 	if input.NewUserName == "" || newKey == oldKey {
 		var out *types.User
-		err := s.withUser(input.UserName, func(st storage.Storer) (err error) {
-			out, err = st.UpdateUser(ctx, input)
+		err := s.withUser(input.UserName, func(st userStorer) (err error) {
+			if out, err = st.UpdateUser(ctx, input); err == nil {
+				// Its path, or the case of its name, may have changed.
+				s.mu.Lock()
+				s.relist(oldKey, out)
+				s.mu.Unlock()
+			}
 			return err
 		})
 		return out, err
@@ -429,64 +601,76 @@ func (s *userStore) renameIn(ctx context.Context, sh *userShard, input storage.U
 		delete(s.users, newKey)
 	} else {
 		delete(s.users, oldKey)
+		s.relist(oldKey, out)
 	}
 	s.mu.Unlock()
 	return out, true, err
 }
 
 // ListUsers lists the users of every store, sorted and paged as
-// versitygw's store does.
+// versitygw's store does, from the names and paths kept in memory: only the
+// page's users are read (the audit pages through every user: reading every
+// store for each page made it quadratic).
 func (s *userStore) ListUsers(ctx context.Context, input storage.ListUsersInput) (*storage.ListUsersOutput, error) {
+	limit := math.MaxInt
+	if input.MaxItems > 0 {
+		limit = int(input.MaxItems)
+	}
+	var (
+		page []string
+		more bool
+	)
 	s.mu.RLock()
-	seen := map[*userShard]bool{s.root: true}
-	shards := []*userShard{s.root}
-	for _, sh := range s.users {
-		if !seen[sh] {
-			seen[sh] = true
-			shards = append(shards, sh)
-		}
-	}
-	s.mu.RUnlock()
-	var users []types.User
-	for _, sh := range shards {
-		sh.mu.RLock()
-		if sh.gone {
-			sh.mu.RUnlock()
-			continue
-		}
-		out, err := sh.store.ListUsers(ctx, storage.ListUsersInput{PathPrefix: input.PathPrefix})
-		sh.mu.RUnlock()
-		if err != nil {
-			return nil, err
-		}
-		users = append(users, out.Users...)
-	}
-	sort.Slice(users, func(i, j int) bool { return users[i].UserName < users[j].UserName })
-
 	// The page starts after the marker's place in the order, not after
 	// the marker itself: a user deleted between two pages (the audit and
 	// the driver's inventory page while unbinds run) must not end the
 	// listing early.
 	start := 0
 	if input.Marker != "" {
-		start = sort.Search(len(users), func(i int) bool { return users[i].UserName > input.Marker })
+		start = sort.Search(len(s.sorted), func(i int) bool { return s.sorted[i] > input.Marker })
 	}
-	users = users[start:]
-	limit := len(users)
-	if input.MaxItems > 0 && int(input.MaxItems) < limit {
-		limit = int(input.MaxItems)
+	for _, name := range s.sorted[start:] {
+		if !strings.HasPrefix(s.listed[strings.ToLower(name)].path, input.PathPrefix) {
+			continue
+		}
+		if len(page) == limit {
+			more = true
+			break
+		}
+		page = append(page, name)
 	}
-	out := &storage.ListUsersOutput{Users: users[:limit:limit]}
-	if limit < len(users) {
+	s.mu.RUnlock()
+
+	out := &storage.ListUsersOutput{Users: make([]types.User, 0, len(page))}
+	for _, name := range page {
+		u, err := s.GetUser(ctx, name)
+		if iamCode(err) == "NoSuchEntity" {
+			continue // deleted since
+		}
+		if err != nil {
+			return nil, err
+		}
+		out.Users = append(out.Users, *u)
+	}
+	if more {
 		out.IsTruncated = true
-		out.Marker = out.Users[limit-1].UserName
+		out.Marker = page[len(page)-1]
 	}
 	return out, nil
 }
 
+// iamCode is the code of an IAM API error, empty for any other.
+func iamCode(err error) string {
+	var apiErr iamerr.Error
+	if errors.As(err, &apiErr) {
+		return apiErr.Code
+	}
+	return ""
+}
+
 func (s *userStore) GetUser(ctx context.Context, name string) (*types.User, error) {
 	var out *types.User
-	err := s.withUser(name, func(st storage.Storer) (err error) {
+	err := s.withUser(name, func(st userStorer) (err error) {
 		out, err = st.GetUser(ctx, name)
 		return err
 	})
@@ -495,7 +679,7 @@ func (s *userStore) GetUser(ctx context.Context, name string) (*types.User, erro
 
 func (s *userStore) GetUserByAccessKeyID(ctx context.Context, id string) (*types.User, error) {
 	var out *types.User
-	err := s.withKey(id, func(st storage.Storer) (err error) {
+	err := s.withKey(id, func(st userStorer) (err error) {
 		out, err = st.GetUserByAccessKeyID(ctx, id)
 		return err
 	})
@@ -503,16 +687,16 @@ func (s *userStore) GetUserByAccessKeyID(ctx context.Context, id string) (*types
 }
 
 func (s *userStore) TagUser(ctx context.Context, name string, tags []types.Tag) error {
-	return s.withUser(name, func(st storage.Storer) error { return st.TagUser(ctx, name, tags) })
+	return s.withUser(name, func(st userStorer) error { return st.TagUser(ctx, name, tags) })
 }
 
 func (s *userStore) UntagUser(ctx context.Context, name string, keys []string) error {
-	return s.withUser(name, func(st storage.Storer) error { return st.UntagUser(ctx, name, keys) })
+	return s.withUser(name, func(st userStorer) error { return st.UntagUser(ctx, name, keys) })
 }
 
 func (s *userStore) ListUserTags(ctx context.Context, input storage.ListUserTagsInput) (*storage.ListTagsOutput, error) {
 	var out *storage.ListTagsOutput
-	err := s.withUser(input.UserName, func(st storage.Storer) (err error) {
+	err := s.withUser(input.UserName, func(st userStorer) (err error) {
 		out, err = st.ListUserTags(ctx, input)
 		return err
 	})
@@ -545,7 +729,7 @@ func (s *userStore) CreateAccessKey(ctx context.Context, input storage.CreateAcc
 }
 
 func (s *userStore) UpdateAccessKey(ctx context.Context, input storage.UpdateAccessKeyInput) error {
-	return s.withUser(input.UserName, func(st storage.Storer) error { return st.UpdateAccessKey(ctx, input) })
+	return s.withUser(input.UserName, func(st userStorer) error { return st.UpdateAccessKey(ctx, input) })
 }
 
 // DeleteAccessKey deletes the key from the user's store, which is what
@@ -567,7 +751,7 @@ func (s *userStore) DeleteAccessKey(ctx context.Context, name, id string) error 
 
 func (s *userStore) GetAccessKeyLastUsed(ctx context.Context, id string) (*storage.GetAccessKeyLastUsedOutput, error) {
 	var out *storage.GetAccessKeyLastUsedOutput
-	err := s.withKey(id, func(st storage.Storer) (err error) {
+	err := s.withKey(id, func(st userStorer) (err error) {
 		out, err = st.GetAccessKeyLastUsed(ctx, id)
 		return err
 	})
@@ -576,7 +760,7 @@ func (s *userStore) GetAccessKeyLastUsed(ctx context.Context, id string) (*stora
 
 func (s *userStore) ListAccessKeys(ctx context.Context, input storage.ListAccessKeysInput) (*storage.ListAccessKeysOutput, error) {
 	var out *storage.ListAccessKeysOutput
-	err := s.withUser(input.UserName, func(st storage.Storer) (err error) {
+	err := s.withUser(input.UserName, func(st userStorer) (err error) {
 		out, err = st.ListAccessKeys(ctx, input)
 		return err
 	})
@@ -584,16 +768,16 @@ func (s *userStore) ListAccessKeys(ctx context.Context, input storage.ListAccess
 }
 
 func (s *userStore) RecordAccessKeyUsage(ctx context.Context, id, service, region string, when time.Time) error {
-	return s.withKey(id, func(st storage.Storer) error { return st.RecordAccessKeyUsage(ctx, id, service, region, when) })
+	return s.withKey(id, func(st userStorer) error { return st.RecordAccessKeyUsage(ctx, id, service, region, when) })
 }
 
 func (s *userStore) PutUserPolicy(ctx context.Context, input storage.PutUserPolicyInput) error {
-	return s.withUser(input.UserName, func(st storage.Storer) error { return st.PutUserPolicy(ctx, input) })
+	return s.withUser(input.UserName, func(st userStorer) error { return st.PutUserPolicy(ctx, input) })
 }
 
 func (s *userStore) GetUserPolicy(ctx context.Context, name, policy string) (*types.PolicyEntry, error) {
 	var out *types.PolicyEntry
-	err := s.withUser(name, func(st storage.Storer) (err error) {
+	err := s.withUser(name, func(st userStorer) (err error) {
 		out, err = st.GetUserPolicy(ctx, name, policy)
 		return err
 	})
@@ -601,12 +785,12 @@ func (s *userStore) GetUserPolicy(ctx context.Context, name, policy string) (*ty
 }
 
 func (s *userStore) DeleteUserPolicy(ctx context.Context, name, policy string) error {
-	return s.withUser(name, func(st storage.Storer) error { return st.DeleteUserPolicy(ctx, name, policy) })
+	return s.withUser(name, func(st userStorer) error { return st.DeleteUserPolicy(ctx, name, policy) })
 }
 
 func (s *userStore) ListUserPolicies(ctx context.Context, input storage.ListUserPoliciesInput) (*storage.ListUserPoliciesOutput, error) {
 	var out *storage.ListUserPoliciesOutput
-	err := s.withUser(input.UserName, func(st storage.Storer) (err error) {
+	err := s.withUser(input.UserName, func(st userStorer) (err error) {
 		out, err = st.ListUserPolicies(ctx, input)
 		return err
 	})

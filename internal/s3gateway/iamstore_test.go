@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +18,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/google/go-cmp/cmp"
-	"github.com/versity/versitygw/iamapi/iamerr"
 	"github.com/versity/versitygw/iamapi/storage"
 	"github.com/versity/versitygw/iamapi/types"
 )
@@ -32,14 +33,6 @@ func openUserStore(t *testing.T, dir string) *userStore {
 
 func newUser(name, id string) types.User {
 	return types.User{UserName: name, UserID: id, Path: "/", Arn: "arn:aws:iam::000000000000:user/" + name}
-}
-
-func iamCode(err error) string {
-	var apiErr iamerr.Error
-	if errors.As(err, &apiErr) {
-		return apiErr.Code
-	}
-	return ""
 }
 
 func userNames(t *testing.T, s storage.Storer, in storage.ListUsersInput) ([]string, *storage.ListUsersOutput) {
@@ -344,11 +337,12 @@ func TestUserStoreDropsUnwrittenStores(t *testing.T) {
 	}
 }
 
-// TestUserStoreKeepsWrittenStores: an empty file whose backup is not empty
-// was written before (only a crash of the machine truncates a renamed
-// file): the store refuses to open and removes nothing. A temporary file
-// a killed write left (a whole copy of the store, secrets included) is
-// removed at start.
+// TestUserStoreKeepsWrittenStores: in a folder of the older layout, an
+// empty file whose backup is not empty was written before (only a crash
+// of the machine truncates a renamed file): the store refuses to open and
+// removes nothing; so does an emptied user file. A temporary file a
+// killed write left (a whole copy of a user, secrets included), of either
+// layout, is removed at start.
 func TestUserStoreKeepsWrittenStores(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -356,11 +350,15 @@ func TestUserStoreKeepsWrittenStores(t *testing.T) {
 	if _, err := s.CreateUser(ctx, newUser("alice", "AIDA0001")); err != nil {
 		t.Fatal(err)
 	}
-	udirs, err := filepath.Glob(filepath.Join(dir, usersDir, "*"))
-	if err != nil || len(udirs) != 1 {
-		t.Fatalf("user directories %v %v, want one", udirs, err)
+	files, err := filepath.Glob(filepath.Join(dir, usersDir, "*"))
+	if err != nil || len(files) != 1 {
+		t.Fatalf("user files %v %v, want one", files, err)
 	}
-	leftovers := []string{filepath.Join(dir, storeFile+"123456"), filepath.Join(udirs[0], storeFile+"654321")}
+	old := filepath.Join(dir, usersDir, "uold")
+	if err := os.Mkdir(old, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	leftovers := []string{filepath.Join(dir, storeFile+"123456"), files[0] + tmpSuffix, filepath.Join(old, storeFile+"654321")}
 	for _, f := range leftovers {
 		if err := os.WriteFile(f, []byte(`{"secret":"x"}`), 0o600); err != nil {
 			t.Fatal(err)
@@ -376,6 +374,24 @@ func TestUserStoreKeepsWrittenStores(t *testing.T) {
 		}
 	}
 
+	// An emptied user file (a crash of the machine; a kill cannot): a
+	// refusal, and the file is kept.
+	if err := os.Truncate(files[0], 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newUserStore(ctx, dir); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Errorf("newUserStore over an emptied user file = %v, want a refusal", err)
+	}
+	if _, err := os.Stat(files[0]); err != nil {
+		t.Errorf("the refusal removed the emptied file: %v", err)
+	}
+
+	dir = t.TempDir()
+	writeOldUsers(t, dir, 1)
+	udirs, err := filepath.Glob(filepath.Join(dir, usersDir, "*"))
+	if err != nil || len(udirs) != 1 {
+		t.Fatalf("user folders %v %v, want one", udirs, err)
+	}
 	if err := os.Truncate(filepath.Join(udirs[0], storeFile), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -429,4 +445,103 @@ func TestLockDataDir(t *testing.T) {
 		t.Fatalf("lock after release: %v", err)
 	}
 	again.Close()
+}
+
+// TestStartReadsEachUserOnce starts the servers on an IAM directory of
+// users: a start reads each user's file once, for the indexes, the
+// start-up probe included (a listing read every user's). A call for one
+// user then reads that user's file only. The first start also migrates
+// the users from the older layout (TestMigrateOlderLayout); the second is
+// counted.
+func TestStartReadsEachUserOnce(t *testing.T) {
+	const n = 30
+	cfg := testConfig(t, t.TempDir())
+	writeOldUsers(t, filepath.Join(cfg.DataDir, "iam"), n)
+	var logged strings.Builder
+	cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+	stop(t, start(t, cfg))
+	if !strings.Contains(logged.String(), "Moved the IAM users of the older layout") || !strings.Contains(logged.String(), fmt.Sprintf("users=%d", n)) {
+		t.Errorf("the first start's log does not say it migrated %d users:\n%s", n, logged.String())
+	}
+	before := recordReads.Load()
+	srv := start(t, cfg)
+	if got := recordReads.Load() - before; got != n {
+		t.Errorf("the start read %d user files for %d users, want each once", got, n)
+	}
+	rootIAM := iam.New(iam.Options{
+		Region: IAMRegion, BaseEndpoint: aws.String(srv.IAMEndpoint()), Retryer: aws.NopRetryer{},
+		Credentials: credentials.NewStaticCredentialsProvider(cfg.RootAccessKey, cfg.RootSecretKey, ""),
+	})
+	name := fmt.Sprintf("bb-binding-%032x", 7)
+	out, err := rootIAM.GetUser(context.Background(), &iam.GetUserInput{UserName: &name})
+	if err != nil || aws.ToString(out.User.UserName) != name {
+		t.Fatalf("GetUser %s: %v", name, err)
+	}
+	if got := recordReads.Load() - before; got != n+1 {
+		t.Errorf("after one GetUser %d user files were read, want %d", got, n+1)
+	}
+}
+
+// TestListUsersReadsThePage pages through the users as the audit does: a
+// page reads its own users only (reading every user's store for each page
+// made the audit quadratic), in versitygw's order, with the path prefix
+// and the names kept up to date by renames and moves.
+func TestListUsersReadsThePage(t *testing.T) {
+	const n = 23
+	ctx := context.Background()
+	dir := t.TempDir()
+	writeOldUsers(t, dir, n)
+	s := openUserStore(t, dir)
+	before := recordReads.Load()
+	var all []string
+	in := storage.ListUsersInput{MaxItems: 5, PathPrefix: "/bucketbroker/"}
+	for pages := 1; ; pages++ {
+		names, out := userNames(t, s, in)
+		all = append(all, names...)
+		if got := recordReads.Load() - before; got != int64(len(all)) {
+			t.Fatalf("after page %d (%d users listed) %d user files were read, want as many as listed", pages, len(all), got)
+		}
+		if !out.IsTruncated {
+			break
+		}
+		in.Marker = out.Marker
+	}
+	if len(all) != n || !slices.IsSorted(all) {
+		t.Errorf("listed %d users (sorted: %v), want %d in order", len(all), slices.IsSorted(all), n)
+	}
+
+	// Moves and renames, a new user, and a deleted one.
+	first, second := all[0], all[1]
+	if _, err := s.UpdateUser(ctx, storage.UpdateUserInput{UserName: first, NewPath: "/elsewhere/"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateUser(ctx, storage.UpdateUserInput{UserName: second, NewUserName: "ZZ-renamed"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateUser(ctx, storage.UpdateUserInput{UserName: "zz-renamed", NewUserName: "Zz-renamed"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateUser(ctx, types.User{UserName: "aa-new", UserID: "AIDANEW", Path: "/bucketbroker/"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteUserPolicy(ctx, all[2], "bucketbroker"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteAccessKey(ctx, all[2], fmt.Sprintf("AKIA%016X", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteUser(ctx, all[2]); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]string{"Zz-renamed", "aa-new"}, all[3:]...)
+	if got, _ := userNames(t, s, storage.ListUsersInput{PathPrefix: "/bucketbroker/"}); !cmp.Equal(got, want) {
+		t.Errorf("ListUsers under /bucketbroker/ after the changes:\n%s", cmp.Diff(want, got))
+	}
+	if got, _ := userNames(t, s, storage.ListUsersInput{PathPrefix: "/else"}); !cmp.Equal(got, []string{first}) {
+		t.Errorf("ListUsers under /else: %v, want [%s]", got, first)
+	}
+	// The same from the files.
+	if got, _ := userNames(t, openUserStore(t, dir), storage.ListUsersInput{PathPrefix: "/bucketbroker/"}); !cmp.Equal(got, want) {
+		t.Errorf("ListUsers after reopening:\n%s", cmp.Diff(want, got))
+	}
 }
