@@ -304,7 +304,7 @@ func embeddedDataExists(cfg backend.Config) error {
 	}
 	for _, p := range need {
 		if _, err := os.Stat(p); err != nil {
-			return fmt.Errorf("no embedded server data in %s (%v): point --data-dir at serve's, or use --driver s3iam for an external server", cfg.DataDir, err)
+			return fmt.Errorf("no embedded server data in %s (%w): point --data-dir at serve's, or use --driver s3iam for an external server", cfg.DataDir, err)
 		}
 	}
 	return nil
@@ -344,7 +344,7 @@ func confirm(in io.Reader, out io.Writer, prompt string) (bool, error) {
 
 // withStdoutOnStderr runs f with file descriptor 1 pointing at standard
 // error. It works on the descriptor, not on os.Stdout, so that goroutines
-// f starts (versitygw's) need no synchronisation with the swap.
+// f starts (versitygw's) need no synchronization with the swap.
 func withStdoutOnStderr(f func() error) error {
 	saved, err := unix.Dup(1)
 	if err != nil {
@@ -412,7 +412,7 @@ remain (printed).`,
 			if err != nil {
 				return err
 			}
-			defer closeStore()
+			defer closeQuietly(cmd, closeStore)
 			found, err := store.FindUnreadable(cmd.Context(), s)
 			if err != nil {
 				return err
@@ -491,7 +491,7 @@ never changed.`,
 			if err != nil {
 				return err
 			}
-			defer closeStore()
+			defer closeQuietly(cmd, closeStore)
 			var targets []engine.UnreadableRecord
 			if all {
 				if targets, err = store.FindUnreadable(cmd.Context(), s); err != nil {
@@ -522,4 +522,12 @@ never changed.`,
 	f.bind(cmd)
 	cmd.Flags().BoolVar(&all, "all", false, "repair every unreadable record")
 	return cmd
+}
+
+// closeQuietly runs a command's deferred close, saying on standard error
+// when it fails (the command's own answer is already written).
+func closeQuietly(cmd *cobra.Command, closeFn func() error) {
+	if err := closeFn(); err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "close: %v\n", err)
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -159,7 +158,7 @@ func (w *world) engine(t *testing.T, fn func(e *engine.Engine)) {
 		t.Fatal(err)
 	}
 	e, err := engine.New(engine.Options{Store: w.store, Driver: w.drv, Catalog: catalog.Default(), Box: box,
-		Prefix: w.prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Prefix: w.prefix, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -290,21 +290,10 @@ func (e *Engine) Update(ctx context.Context, req UpdateRequest) (Result, error) 
 		if err != nil {
 			return Result{}, err
 		}
-		switch rec.Phase {
-		case PhaseReady:
-		case PhaseUpdating:
-			if t := rec.Op.Target; t != nil && t.PlanID == target.PlanID && bytes.Equal(t.Parameters, target.Parameters) && t.Maintenance == target.Maintenance {
-				return e.inFlight(ctx, rec, req.AcceptsIncomplete)
-			}
-			return Result{}, fmt.Errorf("%w: instance %s is being updated", ErrConcurrency, req.InstanceID)
-		case PhaseProvisioning, PhaseDeprovisioning:
-			return Result{}, fmt.Errorf("%w: instance %s is being %s", ErrConcurrency, req.InstanceID, rec.Op.Type+"ed")
-		case PhaseDeleted:
-			return Result{}, fmt.Errorf("%w: instance %s does not exist", ErrMissing, req.InstanceID)
-		default:
-			return Result{}, fmt.Errorf("%w: instance %s failed; deprovision it", ErrUnprocessable, req.InstanceID)
+		if rec.Phase != PhaseReady {
+			return e.updateNotReady(ctx, rec, req, target)
 		}
-		if target.PlanID == rec.Request.PlanID && bytes.Equal(target.Parameters, rec.Request.Parameters) && target.Maintenance == rec.Request.Maintenance {
+		if sameTarget(&rec.Request, target) {
 			return Result{Outcome: OutcomeOK}, nil // nothing to change
 		}
 		if plan.Settings().AsyncRequired && !req.AcceptsIncomplete {
@@ -323,15 +312,7 @@ func (e *Engine) Update(ctx context.Context, req UpdateRequest) (Result, error) 
 			return Result{}, e.storeErr(ctx, err)
 		}
 		if target.PlanID != rec.Request.PlanID {
-			// A bind recorded after the check above and before this write
-			// looks at the instance after it, and may not have seen the
-			// change: look at the bindings again now that it is recorded.
-			if err := e.bindingsForbid(ctx, rec.ID, plan); err != nil {
-				rec.Phase = PhaseReady
-				rec.Op.State, rec.Op.Description, rec.Op.EndedAt = OpFailed, "update refused: "+err.Error(), time.Now().UTC()
-				if serr := e.save(ctx, rec); serr != nil && !errors.Is(serr, ErrStale) {
-					return Result{}, e.storeErr(ctx, serr)
-				}
+			if err := e.recheckBindings(ctx, rec, plan); err != nil {
 				return Result{}, err
 			}
 		}
@@ -339,6 +320,48 @@ func (e *Engine) Update(ctx context.Context, req UpdateRequest) (Result, error) 
 		return e.started(ctx, rec, OutcomeOK, e.answering(req.AcceptsIncomplete, plan))
 	}
 	return Result{}, fmt.Errorf("%w: instance %s keeps changing", ErrConcurrency, req.InstanceID)
+}
+
+// updateNotReady answers an update of an instance that is not ready: a
+// replay of the update in progress waits for it; anything else is refused
+// as the instance's phase says.
+func (e *Engine) updateNotReady(ctx context.Context, rec *Record, req UpdateRequest, target Request) (Result, error) {
+	switch rec.Phase {
+	case PhaseUpdating:
+		if t := rec.Op.Target; t != nil && sameTarget(t, target) {
+			return e.inFlight(ctx, rec, req.AcceptsIncomplete)
+		}
+		return Result{}, fmt.Errorf("%w: instance %s is being updated", ErrConcurrency, req.InstanceID)
+	case PhaseProvisioning, PhaseDeprovisioning:
+		return Result{}, fmt.Errorf("%w: instance %s is being %s", ErrConcurrency, req.InstanceID, rec.Op.Type+"ed")
+	case PhaseDeleted:
+		return Result{}, fmt.Errorf("%w: instance %s does not exist", ErrMissing, req.InstanceID)
+	default:
+		return Result{}, fmt.Errorf("%w: instance %s failed; deprovision it", ErrUnprocessable, req.InstanceID)
+	}
+}
+
+// sameTarget reports whether an update to target asks for what r already
+// is (plan, parameters and maintenance version).
+func sameTarget(r *Request, target Request) bool {
+	return r.PlanID == target.PlanID && bytes.Equal(r.Parameters, target.Parameters) && r.Maintenance == target.Maintenance
+}
+
+// recheckBindings ends a plan change that the instance's bindings forbid.
+// A bind recorded after updateTarget's check and before the update's write
+// looks at the instance after it, and may not have seen the change: the
+// bindings are looked at again now that it is recorded.
+func (e *Engine) recheckBindings(ctx context.Context, rec *Record, plan *catalog.Plan) error {
+	err := e.bindingsForbid(ctx, rec.ID, plan)
+	if err == nil {
+		return nil
+	}
+	rec.Phase = PhaseReady
+	rec.Op.State, rec.Op.Description, rec.Op.EndedAt = OpFailed, "update refused: "+err.Error(), time.Now().UTC()
+	if serr := e.save(ctx, rec); serr != nil && !errors.Is(serr, ErrStale) {
+		return e.storeErr(ctx, serr)
+	}
+	return err
 }
 
 // updateTarget checks an update against the catalog and the instance's

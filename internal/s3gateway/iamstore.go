@@ -183,13 +183,18 @@ type indexed struct {
 	UserName   string
 	UserID     string
 	Path       string
-	AccessKeys []struct{ AccessKeyId string }
+	AccessKeys []indexedKey
+}
+
+// indexedKey is an access key in the index line, named as in types.User.
+type indexedKey struct {
+	AccessKeyID string `json:"AccessKeyId"`
 }
 
 func indexEntry(u types.User) indexed {
 	e := indexed{UserName: u.UserName, UserID: u.UserID, Path: u.Path}
 	for _, k := range u.AccessKeys {
-		e.AccessKeys = append(e.AccessKeys, struct{ AccessKeyId string }{k.AccessKeyId})
+		e.AccessKeys = append(e.AccessKeys, indexedKey{k.AccessKeyId})
 	}
 	return e
 }
@@ -384,10 +389,10 @@ func (s *userStore) add(sh *userShard, users ...indexed) error {
 		s.listed[strings.ToLower(u.UserName)] = listing{name: u.UserName, path: s.intern(u.Path)}
 		s.sorted = append(s.sorted, u.UserName)
 		for _, k := range u.AccessKeys {
-			if other := s.keys[k.AccessKeyId]; other != nil {
-				return fmt.Errorf("open IAM store: access key %s is stored twice (%s and %s)", k.AccessKeyId, other.where(s.dir), sh.where(s.dir))
+			if other := s.keys[k.AccessKeyID]; other != nil {
+				return fmt.Errorf("open IAM store: access key %s is stored twice (%s and %s)", k.AccessKeyID, other.where(s.dir), sh.where(s.dir))
 			}
-			s.keys[k.AccessKeyId] = sh
+			s.keys[k.AccessKeyID] = sh
 		}
 	}
 	return nil

@@ -360,7 +360,7 @@ func waitReady(ctx context.Context, c *component, probe func(context.Context) er
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("not ready: %w (last check: %v)", ctx.Err(), last)
+			return fmt.Errorf("not ready: %w (last check: %w)", ctx.Err(), last)
 		case <-c.done:
 		case <-time.After(pollInterval):
 		}
