@@ -22,6 +22,7 @@ import (
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
+	testharness "github.com/bucketbroker/bucketbroker/test/harness"
 )
 
 const benchClients = 64
@@ -150,9 +151,12 @@ func BenchmarkProvisionBindRemote(b *testing.B) { benchProvisionBind(b, remoteLa
 func benchProvisionBind(b *testing.B, latency time.Duration) {
 	ctx := context.Background()
 	b.Run("baseline=direct-s3-iam", func(b *testing.B) {
-		h := newHarness(b, harnessOpts{backendLatency: latency})
+		m := &callMeter{}
+		h := newHarness(b, harnessOpts{backendLatency: latency, calls: &m.calls})
+		defer m.report(b)
 		policy := `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:GetObject","s3:PutObject","s3:DeleteObject","s3:ListBucket"],"Resource":["arn:aws:s3:::%s","arn:aws:s3:::%s/*"]}]}`
 		b.ResetTimer()
+		m.skip()
 		for i := range b.N {
 			name := fmt.Sprintf("%s-direct-%d", h.prefix, i)
 			if _, err := h.s3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
@@ -176,10 +180,12 @@ func benchProvisionBind(b *testing.B, latency time.Duration) {
 			// Clean up outside the clock, so that the backend's state stays
 			// the same size for both sides.
 			b.StopTimer()
+			m.op()
 			_, _ = h.iam.DeleteAccessKey(ctx, &iam.DeleteAccessKeyInput{UserName: aws.String(name), AccessKeyId: k.AccessKey.AccessKeyId})
 			_, _ = h.iam.DeleteUserPolicy(ctx, &iam.DeleteUserPolicyInput{UserName: aws.String(name), PolicyName: aws.String("p")})
 			_, _ = h.iam.DeleteUser(ctx, &iam.DeleteUserInput{UserName: aws.String(name)})
 			_, _ = h.s3.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String(name)})
+			m.skip()
 			b.StartTimer()
 		}
 	})
@@ -188,8 +194,11 @@ func benchProvisionBind(b *testing.B, latency time.Duration) {
 		// one at the user name, then the driver's ensure calls), made
 		// directly: what is left between this and the broker is the
 		// broker's overhead (HTTP, store, engine).
-		h := newHarness(b, harnessOpts{backendLatency: latency})
+		m := &callMeter{}
+		h := newHarness(b, harnessOpts{backendLatency: latency, calls: &m.calls})
+		defer m.report(b)
 		b.ResetTimer()
+		m.skip()
 		for range b.N {
 			id := newID()
 			bucket := driver.BucketName(h.prefix, "instance", id)
@@ -208,12 +217,14 @@ func benchProvisionBind(b *testing.B, latency time.Duration) {
 				b.Fatal(err)
 			}
 			b.StopTimer()
+			m.op()
 			if err := h.drv.RevokeCredential(ctx, user, uowner); err != nil {
 				b.Fatal(err)
 			}
 			if err := h.drv.DeleteBucket(ctx, bucket, owner, false); err != nil {
 				b.Fatal(err)
 			}
+			m.skip()
 			b.StartTimer()
 		}
 	})
@@ -227,12 +238,15 @@ func benchProvisionBind(b *testing.B, latency time.Duration) {
 				name = "broker=provision+bind/" + mode + "/store=" + store
 			}
 			b.Run(name, func(b *testing.B) {
-				h := newHarness(b, harnessOpts{postgres: store == "postgres", backendLatency: latency, syncBudget: 5 * time.Second})
+				m := &callMeter{}
+				h := newHarness(b, harnessOpts{postgres: store == "postgres", backendLatency: latency, syncBudget: 5 * time.Second, calls: &m.calls})
+				defer m.report(b)
 				q := func(p string) string { return p }
 				if mode != "sync" {
 					q = async
 				}
 				b.ResetTimer()
+				m.skip()
 				for range b.N {
 					id := instancePth + newID()
 					if r := h.do("PUT", q(id), provisionBody(planStd, nil)); r.code != http.StatusCreated {
@@ -243,12 +257,44 @@ func benchProvisionBind(b *testing.B, latency time.Duration) {
 						b.Fatalf("bind: %d %v", r.code, r.body)
 					}
 					b.StopTimer()
+					m.op()
 					h.want(h.do("DELETE", del(bind, planStd, false), nil), http.StatusOK, "unbind")
 					h.want(h.do("DELETE", del(id, planStd, false), nil), http.StatusOK, "deprovision")
+					m.skip()
 					b.StartTimer()
 				}
 			})
 		}
+	}
+}
+
+// callMeter sums the backend requests and round trips of a benchmark's
+// timed operations (testharness.Calls), leaving out its set-up and
+// clean-up, and reports them per operation beside the time: requests/op
+// and round-trips/op, the calls on the critical path (calls in flight at
+// once count once), which is what a backend a round trip away makes an
+// operation wait for.
+type callMeter struct {
+	calls                testharness.Calls
+	requests, roundTrips int
+	ops                  int
+}
+
+// skip forgets the calls made since the last look: set-up or clean-up.
+func (m *callMeter) skip() { m.calls.Take() }
+
+// op counts the calls made since the last look as one operation's.
+func (m *callMeter) op() {
+	n, rt := m.calls.Take()
+	m.requests += n
+	m.roundTrips += rt
+	m.ops++
+}
+
+func (m *callMeter) report(b *testing.B) {
+	if m.ops > 0 {
+		b.ReportMetric(float64(m.requests)/float64(m.ops), "requests/op")
+		b.ReportMetric(float64(m.roundTrips)/float64(m.ops), "round-trips/op")
 	}
 }
 
