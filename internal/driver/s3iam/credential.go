@@ -4,7 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
+	"reflect"
 	"slices"
+	"strings"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
@@ -89,12 +93,37 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 		return driver.Credential{}, err
 	}
 
-	// Create first: IAM refuses to create a user that exists, so a
-	// success proves the user is new, and a new user has no keys to look
-	// for. The common path is three calls, as it would be by hand.
-	u, fresh, err := d.createUser(ctx, spec.UserName, spec.Owner)
-	if err != nil {
-		return driver.Credential{}, err
+	// A caller that names a key to keep has recorded it: the user is
+	// expected to exist, so it is looked at first, its keys listed and
+	// our policy read at the same time: one round trip of three reads
+	// where creating first took four in sequence (a CreateUser refused,
+	// a GetUser, the policy's write, the listing). Nothing is written
+	// before the user is known to be ours. A key made after the listing
+	// is not deleted by this call, as for one made after a listing taken
+	// later (it may be another holder's); only keys the listing shows
+	// are. The policy is written only when the one read differs, or could
+	// not be read.
+	var (
+		u       userState
+		keys    []types.AccessKeyMetadata
+		current string
+		listed  bool
+		fresh   bool
+	)
+	if spec.KeepKeyID != "" {
+		if u, keys, current, err = d.observeUserKeys(ctx, spec.UserName); err != nil {
+			return driver.Credential{}, err
+		}
+		listed = u.exists
+	}
+	if !u.exists {
+		// Create first: IAM refuses to create a user that exists, so a
+		// success proves the user is new, and a new user has no keys to
+		// look for. The common path is three calls, as it would be by
+		// hand.
+		if u, fresh, err = d.createUser(ctx, spec.UserName, spec.Owner); err != nil {
+			return driver.Credential{}, err
+		}
 	}
 	switch {
 	case u.owner == spec.Owner:
@@ -114,12 +143,17 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 	}
 
 	// The policy before any key: a key is never live with a stale scope.
-	if err := d.putPolicy(ctx, spec.UserName, policy); err != nil {
-		return driver.Credential{}, err
+	// An adopted user's policy is written whatever was read: it was read
+	// before the user was ours.
+	if !listed || u.owner != spec.Owner || !samePolicy(current, policy) {
+		if err := d.putPolicy(ctx, spec.UserName, policy); err != nil {
+			return driver.Credential{}, err
+		}
 	}
-	keys, err := d.listKeys(ctx, spec.UserName)
-	if err != nil {
-		return driver.Credential{}, err
+	if !listed {
+		if keys, err = d.listKeys(ctx, spec.UserName); err != nil {
+			return driver.Credential{}, err
+		}
 	}
 	if spec.KeepOtherKeys {
 		return d.addKey(ctx, spec, keys)
@@ -155,6 +189,61 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 	}
 
 	return d.createKey(ctx, spec.UserName)
+}
+
+// observeUserKeys looks at a user, lists its keys and reads our inline
+// policy, all at once. The keys and the policy are those of an existing
+// user only: the listing's error for a missing user is no error. The
+// policy is "" when it could not be read, for whatever reason (none yet, a
+// server without GetUserPolicy): the caller then writes it.
+func (d *Driver) observeUserKeys(ctx context.Context, name string) (u userState, keys []types.AccessKeyMetadata, policy string, err error) {
+	var (
+		listErr error
+		wg      sync.WaitGroup
+	)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		keys, listErr = d.listKeys(ctx, name)
+	}()
+	go func() {
+		defer wg.Done()
+		out, err := d.iam.GetUserPolicy(ctx, &iam.GetUserPolicyInput{UserName: &name, PolicyName: aws.String(PolicyName)})
+		if err == nil {
+			policy = aws.ToString(out.PolicyDocument)
+		}
+	}()
+	u, err = d.observeUser(ctx, name)
+	wg.Wait()
+	switch {
+	case err != nil:
+		return userState{}, nil, "", err
+	case !u.exists:
+		return u, nil, "", nil
+	case listErr != nil:
+		return userState{}, nil, "", listErr
+	}
+	return u, keys, policy, nil
+}
+
+// samePolicy reports whether the policy document a server returned
+// (URL-encoded, as IAM returns it, or plain) grants what want does: the
+// same JSON value. Anything it cannot decode is not the same.
+func samePolicy(got, want string) bool {
+	if got == "" {
+		return false
+	}
+	if !strings.HasPrefix(strings.TrimSpace(got), "{") {
+		var err error
+		if got, err = url.PathUnescape(got); err != nil {
+			return false
+		}
+	}
+	var g, w any
+	if json.Unmarshal([]byte(got), &g) != nil || json.Unmarshal([]byte(want), &w) != nil {
+		return false
+	}
+	return reflect.DeepEqual(g, w)
 }
 
 // newUserCredential gives a user this call created its policy and a key,
