@@ -104,11 +104,12 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 	// are. The policy is written only when the one read differs, or could
 	// not be read.
 	var (
-		u       userState
-		keys    []types.AccessKeyMetadata
-		current string
-		listed  bool
-		fresh   bool
+		u        userState
+		keys     []types.AccessKeyMetadata
+		current  string
+		listed   bool
+		fresh    bool
+		untagged bool
 	)
 	if spec.KeepKeyID != "" {
 		if u, keys, current, err = d.observeUserKeys(ctx, spec.UserName); err != nil {
@@ -121,7 +122,7 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 		// success proves the user is new, and a new user has no keys to
 		// look for. The common path is three calls, as it would be by
 		// hand.
-		if u, fresh, err = d.createUser(ctx, spec.UserName, spec.Owner); err != nil {
+		if u, fresh, untagged, err = d.createUser(ctx, spec.UserName, spec.Owner); err != nil {
 			return driver.Credential{}, err
 		}
 	}
@@ -139,7 +140,11 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 	}
 
 	if fresh {
-		return d.newUserCredential(ctx, spec.UserName, policy)
+		mark := ""
+		if untagged {
+			mark = spec.Owner
+		}
+		return d.newUserCredential(ctx, spec.UserName, policy, mark)
 	}
 
 	// The policy before any key: a key is never live with a stale scope.
@@ -248,18 +253,36 @@ func samePolicy(got, want string) bool {
 
 // newUserCredential gives a user this call created its policy and a key,
 // both at once: a new user has neither a policy that could be stale nor
-// keys to look for, and the key is not given to anyone before both calls
-// have succeeded (the caller records it first). If either fails, the error
+// keys to look for, and the key is not given to anyone before every call
+// here has succeeded (the caller records it first). If one fails, the error
 // is returned and a key that was created is dropped unseen; the retry
 // finds the user existing and deletes every key it was not told to keep,
 // as it does for a key whose answer a crash lost.
 //
-// The two calls change one user at the same time: a server that kept a
+// A key live before its policy is attached reaches nothing (a new user
+// has no grant), and a crash between the two leaves a key nobody holds,
+// which the resumed call deletes.
+//
+// mark, when set, is the owner mark a server that ignores CreateUser's
+// tags did not keep: it is written (TagUser) beside the other two rather
+// than before them, one round trip less. A crash or failure before it
+// lands leaves the user unmarked, as a crash between CreateUser and
+// TagUser always could, now perhaps with a policy and a key nobody holds
+// the secret of: a retry takes the user back only under AdoptUnmarked
+// (the caller's record of the attempt, which both doors keep) and then
+// deletes that key like any whose answer was lost; without it the user is
+// refused as someone else's, the leak it was before, with a key that
+// nobody can use.
+//
+// The calls change one user at the same time: a server that kept a
 // user's policy and keys with an unlocked read-modify-write could lose one
 // of them. versitygw's IAM store and SeaweedFS's IAM API (one lock
 // around each action's load, change and save) serialize them.
-func (d *Driver) newUserCredential(ctx context.Context, user, policy string) (driver.Credential, error) {
+func (d *Driver) newUserCredential(ctx context.Context, user, policy, mark string) (driver.Credential, error) {
 	g, gctx := errgroup.WithContext(ctx)
+	if mark != "" {
+		g.Go(func() error { return d.tagUser(gctx, user, mark) })
+	}
 	g.Go(func() error { return d.putPolicy(gctx, user, policy) })
 	var cred driver.Credential
 	g.Go(func() (err error) {
@@ -346,8 +369,10 @@ func (d *Driver) createKey(ctx context.Context, user string) (driver.Credential,
 
 // createUser creates the user with its owner mark, in the CreateUser call
 // itself where the server keeps it (so a user of ours is never unmarked),
-// or observes the user that already exists; fresh reports which.
-func (d *Driver) createUser(ctx context.Context, name, owner string) (u userState, fresh bool, err error) {
+// or observes the user that already exists; fresh reports which. untagged
+// reports a new user whose server ignored the tags (its answer shows
+// none): the caller writes the mark (newUserCredential).
+func (d *Driver) createUser(ctx context.Context, name, owner string) (u userState, fresh, untagged bool, err error) {
 	out, err := d.iam.CreateUser(ctx, &iam.CreateUserInput{
 		UserName: &name,
 		Path:     aws.String(UserPath),
@@ -358,20 +383,14 @@ func (d *Driver) createUser(ctx context.Context, name, owner string) (u userStat
 		if err == nil && !u.exists {
 			err = fmt.Errorf("user %q: reported as existing, then as missing", name)
 		}
-		return u, false, err
+		return u, false, false, err
 	}
 	if err != nil {
-		return userState{}, false, mapIAMErr(err, "create user %q", name)
+		return userState{}, false, false, mapIAMErr(err, "create user %q", name)
 	}
-	if out.User != nil && ownerTag(out.User.Tags) == "" {
-		// For servers that ignore Tags on CreateUser but support TagUser.
-		// A crash before this call leaves the user unmarked: only the
-		// caller's AdoptUnmarked lets a retry take it back.
-		if err := d.tagUser(ctx, name, owner); err != nil {
-			return userState{}, false, err
-		}
-	}
-	return userState{exists: true, owner: owner, path: UserPath}, true, nil
+	// For servers that ignore Tags on CreateUser but support TagUser.
+	untagged = out.User != nil && ownerTag(out.User.Tags) == ""
+	return userState{exists: true, owner: owner, path: UserPath}, true, untagged, nil
 }
 
 // adoptUser gives an unmarked user what CreateUser would have: the path

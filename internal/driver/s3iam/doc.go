@@ -43,7 +43,8 @@
 //
 // Calls that do not depend on each other's answers are made at once, so
 // that a backend a network round trip away costs as few round trips as
-// the work allows: a new user's policy beside its first key, a new
+// the work allows: a new user's policy beside its first key (and beside
+// its owner mark, where the server ignored CreateUser's tags), a new
 // bucket's tagging beside its versioning, the look at a user whose key
 // the caller recorded beside the listing of its keys and the read of its
 // policy, the purge's three first reads, Observe's bucket beside its

@@ -1,9 +1,12 @@
 package s3iam
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -28,6 +31,8 @@ type gate struct {
 	arrived     chan struct{}
 	once        sync.Once
 	held        bool
+	// untagged strips the tags from CreateUser's answers.
+	untagged bool
 }
 
 func newGate(hold, until string) *gate {
@@ -35,6 +40,25 @@ func newGate(hold, until string) *gate {
 }
 
 func (g *gate) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, a, err := g.send(r)
+	if err == nil && a == "CreateUser" && g.untagged {
+		// A server that ignores CreateUser's tags answers without them.
+		b, rerr := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if rerr != nil {
+			return nil, rerr
+		}
+		b = tagsElement.ReplaceAll(b, nil)
+		resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+		resp.Header.Del("Content-Length")
+	}
+	return resp, err
+}
+
+// tagsElement is the Tags element of an IAM answer.
+var tagsElement = regexp.MustCompile(`(?s)<Tags>.*?</Tags>`)
+
+func (g *gate) send(r *http.Request) (*http.Response, string, error) {
 	a := requestAction(r)
 	g.mu.Lock()
 	g.actions = append(g.actions, a)
@@ -51,7 +75,8 @@ func (g *gate) RoundTrip(r *http.Request) (*http.Response, error) {
 			g.mu.Unlock()
 		}
 	}
-	return http.DefaultTransport.RoundTrip(r)
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	return resp, a, err
 }
 
 func (g *gate) seen() (actions []string, held bool) {
@@ -167,6 +192,48 @@ func TestSamePolicy(t *testing.T) {
 		if got := samePolicy(tc.got, want); got != tc.same {
 			t.Errorf("%s: samePolicy = %v, want %v: %s", name, got, tc.same, tc.reason)
 		}
+	}
+}
+
+// TestNewUserMarkedBesideKey: on a server whose CreateUser answer shows no
+// tags (it ignored them), the new user's mark is written beside its policy
+// and key (newUserCredential): CreateUser, then three requests in one
+// round trip, where the mark was a round trip of its own.
+func TestNewUserMarkedBesideKey(t *testing.T) {
+	ctx := context.Background()
+	g := newGate("TagUser", "CreateAccessKey")
+	g.untagged = true
+	cfg := serverConfig()
+	cfg.HTTPClient = &http.Client{Transport: g}
+	d := newDriver(t, cfg)
+	spec := driver.CredentialSpec{
+		UserName: "bbtest-untagged-" + randomHex(4), Owner: driver.OwnerMark("binding", randomHex(4)),
+		Bucket: "bbtest-untagged", Access: driver.AccessReadWrite,
+	}
+	t.Cleanup(func() { _ = d.RevokeCredential(ctx, spec.UserName, spec.Owner) })
+	cred, err := d.EnsureCredential(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cred.AccessKeyID == "" || cred.SecretAccessKey == "" {
+		t.Errorf("EnsureCredential = key %q (secret set %v), want a new key with its secret", cred.AccessKeyID, cred.SecretAccessKey != "")
+	}
+	actions, held := g.seen()
+	if held {
+		t.Errorf("TagUser was sent alone (requests %v): want it beside CreateAccessKey", actions)
+	}
+	if len(actions) > 1 {
+		slices.Sort(actions[1:])
+	}
+	if want := []string{"CreateUser", "CreateAccessKey", "PutUserPolicy", "TagUser"}; !slices.Equal(actions, want) {
+		t.Errorf("requests %v, want %v (the last three in any order)", actions, want)
+	}
+	u, err := d.observeUser(ctx, spec.UserName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.owner != spec.Owner {
+		t.Errorf("user's owner mark %q, want %q", u.owner, spec.Owner)
 	}
 }
 
