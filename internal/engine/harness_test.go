@@ -253,6 +253,10 @@ type harnessOpts struct {
 	// endpoints, by the driver and by the harness's own clients alike: a
 	// backend as far away as a cloud region's, on loopback.
 	backendLatency time.Duration
+	// calls, when set, records every request to the S3 and IAM endpoints,
+	// the driver's and the harness's own clients' alike (after
+	// backendLatency).
+	calls *testharness.Calls
 	// workers and callTimeout are the engine's options of those names.
 	workers     int
 	callTimeout time.Duration
@@ -293,7 +297,7 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 		t.Fatal(err)
 	}
 	s3drv, err := s3iam.New(s3iam.Config{S3Endpoint: gw.S3Endpoint(), IAMEndpoint: gw.IAMEndpoint(), Region: gw.Region(),
-		PathStyle: true, AccessKeyID: rootAK, SecretAccessKey: rootSK, HTTPClient: testharness.DelayedHTTPClient(o.backendLatency)})
+		PathStyle: true, AccessKeyID: rootAK, SecretAccessKey: rootSK, HTTPClient: backendClient(o)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +346,7 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 	}
 	srv := httptest.NewServer(h)
 	hs := &harness{t: t, url: srv.URL, prefix: prefix, store: store, eng: eng, drv: drv, srv: srv, statePath: statePath, dsn: dsn, key: key, reg: reg,
-		s3: s3Client(rootAK, rootSK, o.backendLatency), iam: iamClient(o.backendLatency)}
+		s3: s3Client(rootAK, rootSK, backendClient(o)), iam: iamClient(backendClient(o))}
 	t.Cleanup(func() {
 		srv.Close()
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -353,22 +357,31 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 	return hs
 }
 
-// s3Client and iamClient reach the embedded server, after latency (see
-// harnessOpts.backendLatency; tests pass none).
-func s3Client(ak, sk string, latency time.Duration) *s3.Client {
+// backendClient is the HTTP client to the S3 and IAM endpoints that o asks
+// for: nil (the SDK's own) unless it sets backendLatency or calls.
+func backendClient(o harnessOpts) *http.Client {
+	if o.calls != nil {
+		return o.calls.Client(o.backendLatency)
+	}
+	return testharness.DelayedHTTPClient(o.backendLatency)
+}
+
+// s3Client and iamClient reach the embedded server through hc (nil: the
+// SDK's default client).
+func s3Client(ak, sk string, hc *http.Client) *s3.Client {
 	o := s3.Options{Region: gw.Region(), BaseEndpoint: aws.String(gw.S3Endpoint()), UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider(ak, sk, "")}
-	if c := testharness.DelayedHTTPClient(latency); c != nil {
-		o.HTTPClient = c
+	if hc != nil {
+		o.HTTPClient = hc
 	}
 	return s3.New(o)
 }
 
-func iamClient(latency time.Duration) *iam.Client {
+func iamClient(hc *http.Client) *iam.Client {
 	o := iam.Options{Region: gw.Region(), BaseEndpoint: aws.String(gw.IAMEndpoint()),
 		Credentials: credentials.NewStaticCredentialsProvider(rootAK, rootSK, "")}
-	if c := testharness.DelayedHTTPClient(latency); c != nil {
-		o.HTTPClient = c
+	if hc != nil {
+		o.HTTPClient = hc
 	}
 	return iam.New(o)
 }
@@ -551,7 +564,7 @@ func (h *harness) users() map[string][]string {
 // bucket.
 func canWrite(ak, sk, bucket string) error {
 	ctx := context.Background()
-	c := s3Client(ak, sk, 0)
+	c := s3Client(ak, sk, nil)
 	if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("probe"), Body: strings.NewReader("x")}); err != nil {
 		return err
 	}

@@ -302,7 +302,7 @@ func canPut(c map[string]any) error {
 	ak, _ := c["access_key_id"].(string)
 	sk, _ := c["secret_access_key"].(string)
 	bucket, _ := c["bucket"].(string)
-	_, err := s3Client(ak, sk, 0).PutObject(context.Background(), &s3.PutObjectInput{Bucket: aws.String(bucket),
+	_, err := s3Client(ak, sk, nil).PutObject(context.Background(), &s3.PutObjectInput{Bucket: aws.String(bucket),
 		Key: aws.String("put-probe"), Body: strings.NewReader("x")})
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -81,14 +82,15 @@ func (d *Driver) EnsureBucket(ctx context.Context, spec driver.BucketSpec) error
 		return err
 	}
 	created, err := d.ensureMarkedBucket(ctx, spec)
-	if err != nil || !spec.Versioning {
+	if err != nil || !spec.Versioning || created {
 		return err
 	}
-	return d.ensureVersioning(ctx, spec.Name, created)
+	return d.ensureVersioning(ctx, spec.Name)
 }
 
 // ensureMarkedBucket makes the bucket exist with spec's owner mark and tags,
-// and reports whether this call created it.
+// and reports whether this call created it. A bucket it creates also has
+// its versioning turned on when spec asks for it (markCreated).
 func (d *Driver) ensureMarkedBucket(ctx context.Context, spec driver.BucketSpec) (bool, error) {
 	want := map[string]string{OwnerTagKey: spec.Owner}
 	for k, v := range spec.Tags {
@@ -110,7 +112,7 @@ func (d *Driver) ensureMarkedBucket(ctx context.Context, spec driver.BucketSpec)
 			return false, err
 		}
 		if created {
-			return true, d.markCreated(ctx, spec.Name, want)
+			return true, d.markCreated(ctx, spec, want)
 		}
 	}
 	b, err := d.observeBucket(ctx, spec.Name)
@@ -123,7 +125,7 @@ func (d *Driver) ensureMarkedBucket(ctx context.Context, spec driver.BucketSpec)
 			return false, err
 		}
 		if created {
-			return true, d.markCreated(ctx, spec.Name, want)
+			return true, d.markCreated(ctx, spec, want)
 		}
 		// Someone (a retry of ours, or the operator with the same keys)
 		// created it in between: judge it by its mark like any other.
@@ -151,18 +153,20 @@ func (d *Driver) ensureMarkedBucket(ctx context.Context, spec driver.BucketSpec)
 }
 
 // ensureVersioning turns versioning on unless it is on already, so that a
-// repeated call writes nothing. A bucket this call created has never had
-// it on: there is nothing to look at first.
-func (d *Driver) ensureVersioning(ctx context.Context, name string, created bool) error {
-	if !created {
-		out, err := d.s3.GetBucketVersioning(ctx, &s3.GetBucketVersioningInput{Bucket: &name})
-		if err != nil {
-			return mapVersioningErr(err, "get versioning of bucket %q", name)
-		}
-		if out.Status == types.BucketVersioningStatusEnabled {
-			return nil
-		}
+// repeated call writes nothing.
+func (d *Driver) ensureVersioning(ctx context.Context, name string) error {
+	out, err := d.s3.GetBucketVersioning(ctx, &s3.GetBucketVersioningInput{Bucket: &name})
+	if err != nil {
+		return mapVersioningErr(err, "get versioning of bucket %q", name)
 	}
+	if out.Status == types.BucketVersioningStatusEnabled {
+		return nil
+	}
+	return d.putVersioning(ctx, name)
+}
+
+// putVersioning turns versioning on.
+func (d *Driver) putVersioning(ctx context.Context, name string) error {
 	_, err := d.s3.PutBucketVersioning(ctx, &s3.PutBucketVersioningInput{
 		Bucket:                  &name,
 		VersioningConfiguration: &types.VersioningConfiguration{Status: types.BucketVersioningStatusEnabled},
@@ -206,13 +210,41 @@ func (d *Driver) createBucket(ctx context.Context, name string) (bool, error) {
 }
 
 // markCreated writes the owner mark and tags of a bucket this call has just
-// created. S3 has no way to create and tag a bucket in one call: a crash
-// before the tagging leaves the bucket unmarked, and only the caller's
-// AdoptUnmarked (its durable record of the attempt) lets a retry take it
-// back. The crash point "bucket/created-unmarked" is that crash.
-func (d *Driver) markCreated(ctx context.Context, name string, tags map[string]string) error {
+// created, and turns its versioning on if spec asks for it. S3 has no way
+// to create and tag a bucket in one call: a crash before the tagging
+// leaves the bucket unmarked, and only the caller's AdoptUnmarked (its
+// durable record of the attempt) lets a retry take it back. The crash
+// point "bucket/created-unmarked" is that crash.
+//
+// The tagging and the versioning are independent once the bucket exists
+// (a bucket this call created has never had versioning on, so there is
+// nothing to look at first), and are made at once: one round trip, not
+// two. Every way it can stop is one a retry already meets: a crash or a
+// failure between them leaves the bucket marked without versioning (the
+// retry finds it ours and turns versioning on after looking) or versioned
+// and unmarked (adopted under AdoptUnmarked, as an unmarked bucket is
+// today; versioning on an empty bucket grants nothing). Both are waited
+// for whatever either answers, so that a versioning the server refuses
+// (ErrInvalid, the caller then deletes the bucket) never cuts the tagging
+// short: the bucket the caller deletes carries its mark.
+func (d *Driver) markCreated(ctx context.Context, spec driver.BucketSpec, tags map[string]string) error {
 	crashpoint.Hit(crashpoint.BucketCreatedUnmarked)
-	return d.putBucketTags(ctx, name, tags)
+	if !spec.Versioning {
+		return d.putBucketTags(ctx, spec.Name, tags)
+	}
+	var verErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		verErr = d.putVersioning(ctx, spec.Name)
+	}()
+	tagErr := d.putBucketTags(ctx, spec.Name, tags)
+	wg.Wait()
+	if tagErr != nil {
+		return tagErr
+	}
+	return verErr
 }
 
 func (d *Driver) putBucketTags(ctx context.Context, name string, tags map[string]string) error {

@@ -4,7 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
+	"reflect"
 	"slices"
+	"strings"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
@@ -89,12 +93,38 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 		return driver.Credential{}, err
 	}
 
-	// Create first: IAM refuses to create a user that exists, so a
-	// success proves the user is new, and a new user has no keys to look
-	// for. The common path is three calls, as it would be by hand.
-	u, fresh, err := d.createUser(ctx, spec.UserName, spec.Owner)
-	if err != nil {
-		return driver.Credential{}, err
+	// A caller that names a key to keep has recorded it: the user is
+	// expected to exist, so it is looked at first, its keys listed and
+	// our policy read at the same time: one round trip of three reads
+	// where creating first took four in sequence (a CreateUser refused,
+	// a GetUser, the policy's write, the listing). Nothing is written
+	// before the user is known to be ours. A key made after the listing
+	// is not deleted by this call, as for one made after a listing taken
+	// later (it may be another holder's); only keys the listing shows
+	// are. The policy is written only when the one read differs, or could
+	// not be read.
+	var (
+		u        userState
+		keys     []types.AccessKeyMetadata
+		current  string
+		listed   bool
+		fresh    bool
+		untagged bool
+	)
+	if spec.KeepKeyID != "" {
+		if u, keys, current, err = d.observeUserKeys(ctx, spec.UserName); err != nil {
+			return driver.Credential{}, err
+		}
+		listed = u.exists
+	}
+	if !u.exists {
+		// Create first: IAM refuses to create a user that exists, so a
+		// success proves the user is new, and a new user has no keys to
+		// look for. The common path is three calls, as it would be by
+		// hand.
+		if u, fresh, untagged, err = d.createUser(ctx, spec.UserName, spec.Owner); err != nil {
+			return driver.Credential{}, err
+		}
 	}
 	switch {
 	case u.owner == spec.Owner:
@@ -110,20 +140,36 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 	}
 
 	if fresh {
-		return d.newUserCredential(ctx, spec.UserName, policy)
+		mark := ""
+		if untagged {
+			mark = spec.Owner
+		}
+		return d.newUserCredential(ctx, spec.UserName, policy, mark)
 	}
 
 	// The policy before any key: a key is never live with a stale scope.
-	if err := d.putPolicy(ctx, spec.UserName, policy); err != nil {
-		return driver.Credential{}, err
+	// An adopted user's policy is written whatever was read: it was read
+	// before the user was ours.
+	if !listed || u.owner != spec.Owner || !samePolicy(current, policy) {
+		if err := d.putPolicy(ctx, spec.UserName, policy); err != nil {
+			return driver.Credential{}, err
+		}
 	}
-	keys, err := d.listKeys(ctx, spec.UserName)
-	if err != nil {
-		return driver.Credential{}, err
+	if !listed {
+		if keys, err = d.listKeys(ctx, spec.UserName); err != nil {
+			return driver.Credential{}, err
+		}
 	}
 	if spec.KeepOtherKeys {
 		return d.addKey(ctx, spec, keys)
 	}
+	return d.keepOnlyKey(ctx, spec, keys)
+}
+
+// keepOnlyKey makes spec.KeepKeyID the user's only live key, deleting the
+// other listed keys; without a key to keep (or with it gone and not
+// RequireKeepKey), it makes a new key once the others are deleted.
+func (d *Driver) keepOnlyKey(ctx context.Context, spec driver.CredentialSpec, keys []types.AccessKeyMetadata) (driver.Credential, error) {
 	if spec.RequireKeepKey && spec.KeepKeyID != "" && !slices.ContainsFunc(keys, func(k types.AccessKeyMetadata) bool {
 		return aws.ToString(k.AccessKeyId) == spec.KeepKeyID
 	}) {
@@ -132,45 +178,118 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 	kept := false
 	for _, k := range keys {
 		id := aws.ToString(k.AccessKeyId)
-		if spec.KeepKeyID != "" && id == spec.KeepKeyID {
-			kept = true
-			if k.Status != types.StatusTypeActive {
-				_, err := d.iam.UpdateAccessKey(ctx, &iam.UpdateAccessKeyInput{
-					UserName: &spec.UserName, AccessKeyId: &id, Status: types.StatusTypeActive,
-				})
-				if err != nil {
-					return driver.Credential{}, mapIAMErr(err, "activate key %s of user %q", id, spec.UserName)
-				}
+		if spec.KeepKeyID == "" || id != spec.KeepKeyID {
+			// A key whose answer was lost (a crash after CreateAccessKey):
+			// nobody holds its secret, so it must not stay live.
+			if err := d.deleteKey(ctx, spec.UserName, id); err != nil {
+				return driver.Credential{}, err
 			}
 			continue
 		}
-		// A key whose answer was lost (a crash after CreateAccessKey):
-		// nobody holds its secret, so it must not stay live.
-		if err := d.deleteKey(ctx, spec.UserName, id); err != nil {
-			return driver.Credential{}, err
+		kept = true
+		if k.Status == types.StatusTypeActive {
+			continue
+		}
+		_, err := d.iam.UpdateAccessKey(ctx, &iam.UpdateAccessKeyInput{
+			UserName: &spec.UserName, AccessKeyId: &id, Status: types.StatusTypeActive,
+		})
+		if err != nil {
+			return driver.Credential{}, mapIAMErr(err, "activate key %s of user %q", id, spec.UserName)
 		}
 	}
 	if kept {
 		return driver.Credential{AccessKeyID: spec.KeepKeyID}, nil
 	}
-
 	return d.createKey(ctx, spec.UserName)
+}
+
+// observeUserKeys looks at a user, lists its keys and reads our inline
+// policy, all at once. The keys and the policy are those of an existing
+// user only: the listing's error for a missing user is no error. The
+// policy is "" when it could not be read, for whatever reason (none yet, a
+// server without GetUserPolicy): the caller then writes it.
+func (d *Driver) observeUserKeys(ctx context.Context, name string) (u userState, keys []types.AccessKeyMetadata, policy string, err error) {
+	var (
+		listErr error
+		wg      sync.WaitGroup
+	)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		keys, listErr = d.listKeys(ctx, name)
+	}()
+	go func() {
+		defer wg.Done()
+		out, err := d.iam.GetUserPolicy(ctx, &iam.GetUserPolicyInput{UserName: &name, PolicyName: aws.String(PolicyName)})
+		if err == nil {
+			policy = aws.ToString(out.PolicyDocument)
+		}
+	}()
+	u, err = d.observeUser(ctx, name)
+	wg.Wait()
+	switch {
+	case err != nil:
+		return userState{}, nil, "", err
+	case !u.exists:
+		return u, nil, "", nil
+	case listErr != nil:
+		return userState{}, nil, "", listErr
+	}
+	return u, keys, policy, nil
+}
+
+// samePolicy reports whether the policy document a server returned
+// (URL-encoded, as IAM returns it, or plain) grants what want does: the
+// same JSON value. Anything it cannot decode is not the same.
+func samePolicy(got, want string) bool {
+	if got == "" {
+		return false
+	}
+	if !strings.HasPrefix(strings.TrimSpace(got), "{") {
+		var err error
+		if got, err = url.PathUnescape(got); err != nil {
+			return false
+		}
+	}
+	var g, w any
+	if json.Unmarshal([]byte(got), &g) != nil || json.Unmarshal([]byte(want), &w) != nil {
+		return false
+	}
+	return reflect.DeepEqual(g, w)
 }
 
 // newUserCredential gives a user this call created its policy and a key,
 // both at once: a new user has neither a policy that could be stale nor
-// keys to look for, and the key is not given to anyone before both calls
-// have succeeded (the caller records it first). If either fails, the error
+// keys to look for, and the key is not given to anyone before every call
+// here has succeeded (the caller records it first). If one fails, the error
 // is returned and a key that was created is dropped unseen; the retry
 // finds the user existing and deletes every key it was not told to keep,
 // as it does for a key whose answer a crash lost.
 //
-// The two calls change one user at the same time: a server that kept a
+// A key live before its policy is attached reaches nothing (a new user
+// has no grant), and a crash between the two leaves a key nobody holds,
+// which the resumed call deletes.
+//
+// mark, when set, is the owner mark a server that ignores CreateUser's
+// tags did not keep: it is written (TagUser) beside the other two rather
+// than before them, one round trip less. A crash or failure before it
+// lands leaves the user unmarked, as a crash between CreateUser and
+// TagUser always could, now perhaps with a policy and a key nobody holds
+// the secret of: a retry takes the user back only under AdoptUnmarked
+// (the caller's record of the attempt, which both doors keep) and then
+// deletes that key like any whose answer was lost; without it the user is
+// refused as someone else's, the leak it was before, with a key that
+// nobody can use.
+//
+// The calls change one user at the same time: a server that kept a
 // user's policy and keys with an unlocked read-modify-write could lose one
 // of them. versitygw's IAM store and SeaweedFS's IAM API (one lock
 // around each action's load, change and save) serialize them.
-func (d *Driver) newUserCredential(ctx context.Context, user, policy string) (driver.Credential, error) {
+func (d *Driver) newUserCredential(ctx context.Context, user, policy, mark string) (driver.Credential, error) {
 	g, gctx := errgroup.WithContext(ctx)
+	if mark != "" {
+		g.Go(func() error { return d.tagUser(gctx, user, mark) })
+	}
 	g.Go(func() error { return d.putPolicy(gctx, user, policy) })
 	var cred driver.Credential
 	g.Go(func() (err error) {
@@ -257,8 +376,10 @@ func (d *Driver) createKey(ctx context.Context, user string) (driver.Credential,
 
 // createUser creates the user with its owner mark, in the CreateUser call
 // itself where the server keeps it (so a user of ours is never unmarked),
-// or observes the user that already exists; fresh reports which.
-func (d *Driver) createUser(ctx context.Context, name, owner string) (u userState, fresh bool, err error) {
+// or observes the user that already exists; fresh reports which. untagged
+// reports a new user whose server ignored the tags (its answer shows
+// none): the caller writes the mark (newUserCredential).
+func (d *Driver) createUser(ctx context.Context, name, owner string) (u userState, fresh, untagged bool, err error) {
 	out, err := d.iam.CreateUser(ctx, &iam.CreateUserInput{
 		UserName: &name,
 		Path:     aws.String(UserPath),
@@ -269,20 +390,14 @@ func (d *Driver) createUser(ctx context.Context, name, owner string) (u userStat
 		if err == nil && !u.exists {
 			err = fmt.Errorf("user %q: reported as existing, then as missing", name)
 		}
-		return u, false, err
+		return u, false, false, err
 	}
 	if err != nil {
-		return userState{}, false, mapIAMErr(err, "create user %q", name)
+		return userState{}, false, false, mapIAMErr(err, "create user %q", name)
 	}
-	if out.User != nil && ownerTag(out.User.Tags) == "" {
-		// For servers that ignore Tags on CreateUser but support TagUser.
-		// A crash before this call leaves the user unmarked: only the
-		// caller's AdoptUnmarked lets a retry take it back.
-		if err := d.tagUser(ctx, name, owner); err != nil {
-			return userState{}, false, err
-		}
-	}
-	return userState{exists: true, owner: owner, path: UserPath}, true, nil
+	// For servers that ignore Tags on CreateUser but support TagUser.
+	untagged = out.User != nil && ownerTag(out.User.Tags) == ""
+	return userState{exists: true, owner: owner, path: UserPath}, true, untagged, nil
 }
 
 // adoptUser gives an unmarked user what CreateUser would have: the path

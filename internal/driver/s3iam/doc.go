@@ -33,9 +33,23 @@
 // arn:aws:s3:::BUCKET (listing, location, multipart listing) and on
 // arn:aws:s3:::BUCKET/* (object actions) and nothing else. read-write may
 // get, put, delete and list; read-only may get and list; write-only may put
-// (multipart included) but not read or list. The policy is written on
-// every EnsureCredential, before any key is made, so a changed spec takes
-// effect and no key is ever live with a stale scope.
+// (multipart included) but not read or list. Every EnsureCredential makes
+// the policy current before any key is made, so a changed spec takes
+// effect and no key is ever live with a stale scope: it writes it, except
+// where the caller named a recorded key (KeepKeyID) and the policy read
+// beside the look at the user is already the one wanted.
+//
+// # Round trips
+//
+// Calls that do not depend on each other's answers are made at once, so
+// that a backend a network round trip away costs as few round trips as
+// the work allows: a new user's policy beside its first key (and beside
+// its owner mark, where the server ignored CreateUser's tags), a new
+// bucket's tagging beside its versioning, the look at a user whose key
+// the caller recorded beside the listing of its keys and the read of its
+// policy, the purge's three first reads, Observe's bucket beside its
+// user. Each such pair is written where a crash between its halves leaves
+// a state the retry already repairs (the comments at each say which).
 //
 // # Lost keys
 //

@@ -100,6 +100,11 @@ func TestEnsureBucketVersioningUnsupported(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "does not support versioning") {
 		t.Errorf("error %v does not say the server lacks versioning", err)
 	}
+	// The tagging, made beside the refused versioning, was not cut short:
+	// the bucket the caller now deletes as refused carries its mark.
+	if b, err := d.observeBucket(ctx, name); err != nil || b.owner() != "o" {
+		t.Errorf("after the refusal the bucket's owner mark is %q (%v), want %q", b.owner(), err, "o")
+	}
 }
 
 func containsQuery(requests []string, query string) bool {
