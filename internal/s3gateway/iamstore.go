@@ -433,6 +433,27 @@ func (s *userStore) withUser(name string, f func(userStorer) error) error {
 	return s.withShard(name, func(sh *userShard) error { return f(sh.store) })
 }
 
+// fromUser is withUser for a call that answers a value: it returns what f
+// returns, run on the store of the named user.
+func fromUser[T any](s *userStore, name string, f func(userStorer) (T, error)) (T, error) {
+	var out T
+	err := s.withUser(name, func(st userStorer) (err error) {
+		out, err = f(st)
+		return err
+	})
+	return out, err
+}
+
+// fromKey is fromUser for the user that holds an access key.
+func fromKey[T any](s *userStore, id string, f func(userStorer) (T, error)) (T, error) {
+	var out T
+	err := s.withKey(id, func(st userStorer) (err error) {
+		out, err = f(st)
+		return err
+	})
+	return out, err
+}
+
 // withShard runs f with the named user's shard while it cannot be deleted.
 // A shard deleted between the lookup and the call is looked up again: the
 // name may have been created anew.
@@ -674,21 +695,11 @@ func iamCode(err error) string {
 }
 
 func (s *userStore) GetUser(ctx context.Context, name string) (*types.User, error) {
-	var out *types.User
-	err := s.withUser(name, func(st userStorer) (err error) {
-		out, err = st.GetUser(ctx, name)
-		return err
-	})
-	return out, err
+	return fromUser(s, name, func(st userStorer) (*types.User, error) { return st.GetUser(ctx, name) })
 }
 
 func (s *userStore) GetUserByAccessKeyID(ctx context.Context, id string) (*types.User, error) {
-	var out *types.User
-	err := s.withKey(id, func(st userStorer) (err error) {
-		out, err = st.GetUserByAccessKeyID(ctx, id)
-		return err
-	})
-	return out, err
+	return fromKey(s, id, func(st userStorer) (*types.User, error) { return st.GetUserByAccessKeyID(ctx, id) })
 }
 
 func (s *userStore) TagUser(ctx context.Context, name string, tags []types.Tag) error {
@@ -700,12 +711,7 @@ func (s *userStore) UntagUser(ctx context.Context, name string, keys []string) e
 }
 
 func (s *userStore) ListUserTags(ctx context.Context, input storage.ListUserTagsInput) (*storage.ListTagsOutput, error) {
-	var out *storage.ListTagsOutput
-	err := s.withUser(input.UserName, func(st userStorer) (err error) {
-		out, err = st.ListUserTags(ctx, input)
-		return err
-	})
-	return out, err
+	return fromUser(s, input.UserName, func(st userStorer) (*storage.ListTagsOutput, error) { return st.ListUserTags(ctx, input) })
 }
 
 // CreateAccessKey takes the key id in the index before the store writes the
@@ -755,21 +761,13 @@ func (s *userStore) DeleteAccessKey(ctx context.Context, name, id string) error 
 }
 
 func (s *userStore) GetAccessKeyLastUsed(ctx context.Context, id string) (*storage.GetAccessKeyLastUsedOutput, error) {
-	var out *storage.GetAccessKeyLastUsedOutput
-	err := s.withKey(id, func(st userStorer) (err error) {
-		out, err = st.GetAccessKeyLastUsed(ctx, id)
-		return err
+	return fromKey(s, id, func(st userStorer) (*storage.GetAccessKeyLastUsedOutput, error) {
+		return st.GetAccessKeyLastUsed(ctx, id)
 	})
-	return out, err
 }
 
 func (s *userStore) ListAccessKeys(ctx context.Context, input storage.ListAccessKeysInput) (*storage.ListAccessKeysOutput, error) {
-	var out *storage.ListAccessKeysOutput
-	err := s.withUser(input.UserName, func(st userStorer) (err error) {
-		out, err = st.ListAccessKeys(ctx, input)
-		return err
-	})
-	return out, err
+	return fromUser(s, input.UserName, func(st userStorer) (*storage.ListAccessKeysOutput, error) { return st.ListAccessKeys(ctx, input) })
 }
 
 func (s *userStore) RecordAccessKeyUsage(ctx context.Context, id, service, region string, when time.Time) error {
@@ -781,12 +779,7 @@ func (s *userStore) PutUserPolicy(ctx context.Context, input storage.PutUserPoli
 }
 
 func (s *userStore) GetUserPolicy(ctx context.Context, name, policy string) (*types.PolicyEntry, error) {
-	var out *types.PolicyEntry
-	err := s.withUser(name, func(st userStorer) (err error) {
-		out, err = st.GetUserPolicy(ctx, name, policy)
-		return err
-	})
-	return out, err
+	return fromUser(s, name, func(st userStorer) (*types.PolicyEntry, error) { return st.GetUserPolicy(ctx, name, policy) })
 }
 
 func (s *userStore) DeleteUserPolicy(ctx context.Context, name, policy string) error {
@@ -794,10 +787,5 @@ func (s *userStore) DeleteUserPolicy(ctx context.Context, name, policy string) e
 }
 
 func (s *userStore) ListUserPolicies(ctx context.Context, input storage.ListUserPoliciesInput) (*storage.ListUserPoliciesOutput, error) {
-	var out *storage.ListUserPoliciesOutput
-	err := s.withUser(input.UserName, func(st userStorer) (err error) {
-		out, err = st.ListUserPolicies(ctx, input)
-		return err
-	})
-	return out, err
+	return fromUser(s, input.UserName, func(st userStorer) (*storage.ListUserPoliciesOutput, error) { return st.ListUserPolicies(ctx, input) })
 }
