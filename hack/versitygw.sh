@@ -56,38 +56,20 @@ EOF
 }
 
 # build prints the path of the versitygw binary, building it first unless the
-# cache holds it. The build goes to a temporary directory beside the cache and
-# is renamed into place, so an interrupted or failed build never leaves a
-# broken binary behind, and two concurrent builds both end with a good one.
+# cache holds it (see cached_build).
 cmd_build() {
-	if [[ -x "$BIN" ]]; then
-		echo "$BIN"
-		return 0
-	fi
-	local go tmp
-	go="$(go_cmd)"
-	mkdir -p "$CACHE_DIR"
-	# Leftovers of builds killed outright (SIGKILL) hold nothing in use.
-	find "$CACHE_ROOT" -maxdepth 1 -name ".versitygw-*-build.*" -mmin +120 -exec rm -rf {} + 2>/dev/null || true
-	tmp="$(mktemp -d "$CACHE_ROOT/.versitygw-$VERSION-build.XXXXXX")"
-	# shellcheck disable=SC2064 # expand now: tmp is local
-	trap "rm -rf '$tmp'" EXIT
-	trap 'exit 130' INT
-	trap 'exit 143' TERM
-	trap 'exit 129' HUP
-	log "building versitygw $VERSION into $CACHE_DIR (about 1.5 minutes)"
-	# From the temporary directory and without the caller's GOFLAGS (say
-	# -mod=vendor), so that nothing of the caller's module takes part: the
-	# build uses versitygw's own go.mod and go.sum.
+	cached_build versitygw "$VERSION" "$BIN" "about 1.5 minutes" build_into
+}
+
+# build_into STAGE GO installs versitygw into STAGE. From STAGE and without
+# the caller's GOFLAGS (say -mod=vendor), so that nothing of the caller's
+# module takes part: the build uses versitygw's own go.mod and go.sum.
+build_into() {
+	local tmp="$1" go="$2"
 	if ! (cd "$tmp" && GOBIN="$tmp" GOWORK=off GOFLAGS='' "$go" install -trimpath \
 		-ldflags "-X main.Version=$VERSION -X main.Build=release" "$PACKAGE@$VERSION" >&2); then
 		die "go install $PACKAGE@$VERSION failed"
 	fi
-	[[ -x "$tmp/versitygw" ]] || die "go install left no binary in $tmp"
-	mv -f "$tmp/versitygw" "$BIN"
-	rm -rf "$tmp"
-	trap - EXIT INT TERM HUP
-	echo "$BIN"
 }
 
 # healthy reports whether GET /health on 127.0.0.1:port answers 200.
@@ -175,17 +157,11 @@ cmd_start() {
 	fi
 	rm -f "$sock"
 
-	# Random root keys, made on the first start of DIR and kept in it: a
-	# restart serves the buckets and users already in DIR to the same root
-	# (the ports are picked afresh). The keys reach versitygw in its
-	# environment, not on the command line where ps would show them.
-	local access secret
-	if [[ ! -s "$dir/root-keys" ]]; then
-		(umask 077 && echo "bbroot$(random_hex 8) $(random_hex 20)" >"$dir/root-keys.tmp")
-		mv -f "$dir/root-keys.tmp" "$dir/root-keys"
-	fi
-	read -r access secret <"$dir/root-keys"
-	[[ -n "$access" && -n "$secret" ]] || die "$dir/root-keys holds no key pair: remove it to make a new one"
+	# The root keys (see root_keys; the ports are picked afresh on a
+	# restart) reach versitygw in its environment.
+	local access secret keys
+	keys="$(root_keys "$dir")"
+	read -r access secret <<<"$keys"
 	export ROOT_ACCESS_KEY_ID="$access" ROOT_SECRET_ACCESS_KEY="$secret"
 
 	local out iam_pid iam_port s3_pid s3_port
