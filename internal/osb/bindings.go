@@ -60,19 +60,8 @@ func decodeBind(r *http.Request) (engine.BindRequest, error) {
 		field{"predecessor_binding_id", b.PredecessorBindingID}); err != nil {
 		return engine.BindRequest{}, err
 	}
-	ident, err := identity(r)
-	if err != nil {
-		return engine.BindRequest{}, err
-	}
-	bindResource, err := object("bind_resource", b.BindResource)
-	if err != nil {
-		return engine.BindRequest{}, err
-	}
-	params, err := object("parameters", b.Parameters)
-	if err != nil {
-		return engine.BindRequest{}, err
-	}
-	osbContext, err := object("context", b.Context)
+	ident, objects, err := identityAndObjects(r, objectField{"bind_resource", b.BindResource},
+		objectField{"parameters", b.Parameters}, objectField{"context", b.Context})
 	if err != nil {
 		return engine.BindRequest{}, err
 	}
@@ -82,9 +71,9 @@ func decodeBind(r *http.Request) (engine.BindRequest, error) {
 		ServiceID:         b.ServiceID,
 		PlanID:            b.PlanID,
 		AppGUID:           b.AppGUID,
-		BindResource:      bindResource,
-		Parameters:        params,
-		Context:           osbContext,
+		BindResource:      objects[0],
+		Parameters:        objects[1],
+		Context:           objects[2],
 		AcceptsIncomplete: async,
 		Identity:          ident,
 

@@ -274,6 +274,30 @@ func object(name string, raw json.RawMessage) (json.RawMessage, error) {
 	return t, nil
 }
 
+// objectField names an optional JSON object field of a request body.
+type objectField struct {
+	name string
+	raw  json.RawMessage
+}
+
+// identityAndObjects decodes the tail every request with a body shares:
+// the originating identity header, then each of fields as an object (see
+// object), in the order given, so that the first bad one is the error. It
+// returns one object per field, in the same order.
+func identityAndObjects(r *http.Request, fields ...objectField) (string, []json.RawMessage, error) {
+	ident, err := identity(r)
+	if err != nil {
+		return "", nil, err
+	}
+	objects := make([]json.RawMessage, len(fields))
+	for i, f := range fields {
+		if objects[i], err = object(f.name, f.raw); err != nil {
+			return "", nil, err
+		}
+	}
+	return ident, objects, nil
+}
+
 // deleteQuery reads the query of a DELETE: service_id and plan_id are
 // required, accepts_incomplete optional.
 func deleteQuery(r *http.Request) (serviceID, planID string, async bool, err error) {

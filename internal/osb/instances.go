@@ -104,15 +104,7 @@ func decodeProvision(r *http.Request) (engine.ProvisionRequest, error) {
 		field{"organization_guid", b.OrganizationGUID}, field{"space_guid", b.SpaceGUID}); err != nil {
 		return engine.ProvisionRequest{}, err
 	}
-	ident, err := identity(r)
-	if err != nil {
-		return engine.ProvisionRequest{}, err
-	}
-	params, err := object("parameters", b.Parameters)
-	if err != nil {
-		return engine.ProvisionRequest{}, err
-	}
-	osbContext, err := object("context", b.Context)
+	ident, objects, err := identityAndObjects(r, objectField{"parameters", b.Parameters}, objectField{"context", b.Context})
 	if err != nil {
 		return engine.ProvisionRequest{}, err
 	}
@@ -127,8 +119,8 @@ func decodeProvision(r *http.Request) (engine.ProvisionRequest, error) {
 		PlanID:             b.PlanID,
 		OrganizationGUID:   b.OrganizationGUID,
 		SpaceGUID:          b.SpaceGUID,
-		Parameters:         params,
-		Context:            osbContext,
+		Parameters:         objects[0],
+		Context:            objects[1],
 		AcceptsIncomplete:  async,
 		Identity:           ident,
 	}, nil
@@ -153,15 +145,7 @@ func decodeUpdate(r *http.Request) (engine.UpdateRequest, error) {
 	if err := bounded(field{"service_id", b.ServiceID}, field{"plan_id", b.PlanID}); err != nil {
 		return engine.UpdateRequest{}, err
 	}
-	ident, err := identity(r)
-	if err != nil {
-		return engine.UpdateRequest{}, err
-	}
-	params, err := object("parameters", b.Parameters)
-	if err != nil {
-		return engine.UpdateRequest{}, err
-	}
-	osbContext, err := object("context", b.Context)
+	ident, objects, err := identityAndObjects(r, objectField{"parameters", b.Parameters}, objectField{"context", b.Context})
 	if err != nil {
 		return engine.UpdateRequest{}, err
 	}
@@ -175,8 +159,8 @@ func decodeUpdate(r *http.Request) (engine.UpdateRequest, error) {
 		ServiceID:          b.ServiceID,
 		// Absent and empty both mean "keep the plan", as the engine expects.
 		PlanID:            b.PlanID,
-		Parameters:        params,
-		Context:           osbContext,
+		Parameters:        objects[0],
+		Context:           objects[1],
 		AcceptsIncomplete: async,
 		Identity:          ident,
 	}, nil
