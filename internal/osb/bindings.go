@@ -45,12 +45,8 @@ func decodeBind(r *http.Request) (engine.BindRequest, error) {
 	if err != nil {
 		return engine.BindRequest{}, err
 	}
-	_, async, err := asyncQuery(r)
+	b, async, err := decodeWithBody[bindBody](r)
 	if err != nil {
-		return engine.BindRequest{}, err
-	}
-	var b bindBody
-	if err := decodeBody(r, &b); err != nil {
 		return engine.BindRequest{}, err
 	}
 	if err := require(field{"service_id", b.ServiceID}, field{"plan_id", b.PlanID}); err != nil {
@@ -86,21 +82,17 @@ func decodeUnbind(r *http.Request) (engine.UnbindRequest, error) {
 	if err != nil {
 		return engine.UnbindRequest{}, err
 	}
-	serviceID, planID, async, err := deleteQuery(r)
-	if err != nil {
-		return engine.UnbindRequest{}, err
-	}
-	ident, err := identity(r)
+	d, err := decodeDeletion(r)
 	if err != nil {
 		return engine.UnbindRequest{}, err
 	}
 	return engine.UnbindRequest{
 		InstanceID:        instanceID,
 		BindingID:         bindingID,
-		ServiceID:         serviceID,
-		PlanID:            planID,
-		AcceptsIncomplete: async,
-		Identity:          ident,
+		ServiceID:         d.serviceID,
+		PlanID:            d.planID,
+		AcceptsIncomplete: d.async,
+		Identity:          d.identity,
 	}, nil
 }
 

@@ -84,12 +84,8 @@ func decodeProvision(r *http.Request) (engine.ProvisionRequest, error) {
 	if err != nil {
 		return engine.ProvisionRequest{}, err
 	}
-	_, async, err := asyncQuery(r)
+	b, async, err := decodeWithBody[provisionBody](r)
 	if err != nil {
-		return engine.ProvisionRequest{}, err
-	}
-	var b provisionBody
-	if err := decodeBody(r, &b); err != nil {
 		return engine.ProvisionRequest{}, err
 	}
 	if err := require(
@@ -131,12 +127,8 @@ func decodeUpdate(r *http.Request) (engine.UpdateRequest, error) {
 	if err != nil {
 		return engine.UpdateRequest{}, err
 	}
-	_, async, err := asyncQuery(r)
+	b, async, err := decodeWithBody[updateBody](r)
 	if err != nil {
-		return engine.UpdateRequest{}, err
-	}
-	var b updateBody
-	if err := decodeBody(r, &b); err != nil {
 		return engine.UpdateRequest{}, err
 	}
 	if err := require(field{"service_id", b.ServiceID}); err != nil {
@@ -171,20 +163,16 @@ func decodeDeprovision(r *http.Request) (engine.DeprovisionRequest, error) {
 	if err != nil {
 		return engine.DeprovisionRequest{}, err
 	}
-	serviceID, planID, async, err := deleteQuery(r)
-	if err != nil {
-		return engine.DeprovisionRequest{}, err
-	}
-	ident, err := identity(r)
+	d, err := decodeDeletion(r)
 	if err != nil {
 		return engine.DeprovisionRequest{}, err
 	}
 	return engine.DeprovisionRequest{
 		InstanceID:        id,
-		ServiceID:         serviceID,
-		PlanID:            planID,
-		AcceptsIncomplete: async,
-		Identity:          ident,
+		ServiceID:         d.serviceID,
+		PlanID:            d.planID,
+		AcceptsIncomplete: d.async,
+		Identity:          d.identity,
 	}, nil
 }
 
