@@ -2,7 +2,8 @@
 # Helpers shared by the hack/ scripts that build and run test servers as
 # processes (versitygw.sh, seaweedfs.sh). Source it after `set -euo
 # pipefail`, with LOG_NAME set to the script's name for log lines, and
-# PORT_MIN / PORT_SPAN for free_ports, STOP_TIMEOUT for stop_process.
+# PORT_MIN / PORT_SPAN for free_ports, START_TIMEOUT for await_start,
+# STOP_TIMEOUT for stop_process, CACHE_ROOT for cached_build.
 
 log() { echo "${LOG_NAME:-hack}: $*" >&2; }
 die() {
@@ -39,6 +40,54 @@ root_keys() {
 	read -r access secret <"$dir/root-keys"
 	[[ -n "$access" && -n "$secret" ]] || die "$dir/root-keys holds no key pair: remove it to make a new one"
 	echo "$access $secret"
+}
+
+# await_start NAME PID LOGFILE WHERE TAKEN READY... waits up to
+# START_TIMEOUT seconds for the server NAME, just started as PID and
+# logging to LOGFILE, to be ready: the command READY... succeeds. It
+# returns 0 once ready, and 1 when the server exited with a line matching
+# the grep pattern TAKEN (a port was taken between the check and the bind:
+# the caller tries other ports). It dies, with the log's tail, when the
+# server exited for another reason or did not answer on WHERE in time
+# (then it kills it first).
+await_start() {
+	local name="$1" pid="$2" logfile="$3" where="$4" taken="$5"
+	shift 5
+	local deadline=$((SECONDS + START_TIMEOUT))
+	while ((SECONDS < deadline)); do
+		if ! alive "$pid"; then
+			break
+		fi
+		if "$@"; then
+			return 0
+		fi
+		sleep 0.2
+	done
+	if alive "$pid"; then
+		kill -KILL "$pid" 2>/dev/null || true
+		die "$name did not answer on $where within ${START_TIMEOUT}s
+$(log_tail "$logfile")"
+	fi
+	wait "$pid" 2>/dev/null || true
+	if ! tail -n 5 "$logfile" | grep -q -E "$taken"; then
+		die "$name exited during startup
+$(log_tail "$logfile")"
+	fi
+	return 1
+}
+
+# write_env DIR NAME=VALUE... writes an `export NAME=VALUE` line for each
+# to DIR/env (mode 0600: the values hold the root keys) and prints them:
+# what a script's start prints for eval.
+write_env() {
+	local dir="$1" env="" kv
+	shift
+	for kv in "$@"; do
+		env+="export $kv"$'\n'
+	done
+	env="${env%$'\n'}"
+	(umask 077 && echo "$env" >"$dir/env")
+	echo "$env"
 }
 
 # cached_build NAME VERSION BIN HOW_LONG BUILD prints BIN, building it first

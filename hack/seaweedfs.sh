@@ -100,7 +100,7 @@ ready() {
 # given on its command line is taken; another set of ports is then tried.
 launch() {
 	local dir="$1" bin="$2" logfile="$1/weed.log"
-	local attempt pid deadline
+	local attempt pid
 	local -a p
 	for attempt in $(seq "$PORT_ATTEMPTS"); do
 		read -r -a p <<<"$(free_ports 10)"
@@ -124,26 +124,9 @@ launch() {
 			-s3.autoCreateBucket=false \
 			</dev/null >>"$logfile" 2>&1) &
 		pid=$!
-		deadline=$((SECONDS + START_TIMEOUT))
-		while ((SECONDS < deadline)); do
-			if ! alive "$pid"; then
-				break
-			fi
-			if ready "${p[6]}"; then
-				echo "$pid ${p[*]}"
-				return 0
-			fi
-			sleep 0.5
-		done
-		if alive "$pid"; then
-			kill -KILL "$pid" 2>/dev/null || true
-			die "weed mini did not answer on 127.0.0.1:${p[6]} within ${START_TIMEOUT}s
-$(log_tail "$logfile")"
-		fi
-		wait "$pid" 2>/dev/null || true
-		if ! tail -n 5 "$logfile" | grep -q -e 'is not available' -e 'address already in use'; then
-			die "weed mini exited during startup
-$(log_tail "$logfile")"
+		if await_start "weed mini" "$pid" "$logfile" "127.0.0.1:${p[6]}" 'is not available|address already in use' ready "${p[6]}"; then
+			echo "$pid ${p[*]}"
+			return 0
 		fi
 		log "a port was taken, trying others"
 	done
@@ -188,14 +171,12 @@ cmd_start() {
 
 	# The IAM API shares the S3 port: SeaweedFS tells an IAM request (a
 	# form POST with an Action) from an S3 one.
-	local env
-	env="export BUCKETBROKER_TEST_SEAWEEDFS_S3_ENDPOINT=http://127.0.0.1:$s3_port
-export BUCKETBROKER_TEST_SEAWEEDFS_IAM_ENDPOINT=http://127.0.0.1:$s3_port
-export BUCKETBROKER_TEST_SEAWEEDFS_ACCESS_KEY=$access
-export BUCKETBROKER_TEST_SEAWEEDFS_SECRET_KEY=$secret"
-	(umask 077 && echo "$env" >"$dir/env")
 	log "weed mini pid $pid, S3 and IAM on 127.0.0.1:$s3_port"
-	echo "$env"
+	write_env "$dir" \
+		"BUCKETBROKER_TEST_SEAWEEDFS_S3_ENDPOINT=http://127.0.0.1:$s3_port" \
+		"BUCKETBROKER_TEST_SEAWEEDFS_IAM_ENDPOINT=http://127.0.0.1:$s3_port" \
+		"BUCKETBROKER_TEST_SEAWEEDFS_ACCESS_KEY=$access" \
+		"BUCKETBROKER_TEST_SEAWEEDFS_SECRET_KEY=$secret"
 }
 
 # cmd_stop stops weed mini (see stop_process). weed mini keeps unix

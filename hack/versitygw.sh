@@ -79,6 +79,10 @@ healthy() {
 	[[ "$status" == 200 ]]
 }
 
+# up reports whether the server on port answers GET /health and the extra
+# check passes.
+up() { healthy "$1" && $2; }
+
 # launch starts one server (the command line after the log file name) on a
 # free port, waits until it answers GET /health and the extra check passes,
 # and prints "pid port". It retries with another port when the one picked was
@@ -87,7 +91,7 @@ healthy() {
 launch() {
 	local name="$1" logfile="$2" check="$3"
 	shift 3
-	local attempt port pid deadline
+	local attempt port pid
 	for attempt in $(seq "$PORT_ATTEMPTS"); do
 		port="$(free_ports 1)"
 		echo "=== $(date -u +%FT%TZ) start on 127.0.0.1:$port (attempt $attempt)" >>"$logfile"
@@ -95,26 +99,9 @@ launch() {
 		# caller's terminal does not take the server down mid-test.
 		setsid "${@//@PORT@/127.0.0.1:$port}" </dev/null >>"$logfile" 2>&1 &
 		pid=$!
-		deadline=$((SECONDS + START_TIMEOUT))
-		while ((SECONDS < deadline)); do
-			if ! alive "$pid"; then
-				break
-			fi
-			if healthy "$port" && $check; then
-				echo "$pid $port"
-				return 0
-			fi
-			sleep 0.2
-		done
-		if alive "$pid"; then
-			kill -KILL "$pid" 2>/dev/null || true
-			die "$name did not answer on 127.0.0.1:$port within ${START_TIMEOUT}s
-$(log_tail "$logfile")"
-		fi
-		wait "$pid" 2>/dev/null || true
-		if ! tail -n 5 "$logfile" | grep -q 'address already in use'; then
-			die "$name exited during startup
-$(log_tail "$logfile")"
+		if await_start "$name" "$pid" "$logfile" "127.0.0.1:$port" 'address already in use' up "$port" "$check"; then
+			echo "$pid $port"
+			return 0
 		fi
 		log "$name: port $port was taken, trying another"
 	done
@@ -186,14 +173,12 @@ cmd_start() {
 	echo "$s3_pid" >"$dir/s3.pid"
 	trap - EXIT
 
-	local env
-	env="export BUCKETBROKER_TEST_S3_ENDPOINT=http://127.0.0.1:$s3_port
-export BUCKETBROKER_TEST_IAM_ENDPOINT=http://127.0.0.1:$iam_port
-export BUCKETBROKER_TEST_S3_ACCESS_KEY=$access
-export BUCKETBROKER_TEST_S3_SECRET_KEY=$secret"
-	(umask 077 && echo "$env" >"$dir/env")
 	log "IAM service pid $iam_pid on 127.0.0.1:$iam_port, S3 gateway pid $s3_pid on 127.0.0.1:$s3_port"
-	echo "$env"
+	write_env "$dir" \
+		"BUCKETBROKER_TEST_S3_ENDPOINT=http://127.0.0.1:$s3_port" \
+		"BUCKETBROKER_TEST_IAM_ENDPOINT=http://127.0.0.1:$iam_port" \
+		"BUCKETBROKER_TEST_S3_ACCESS_KEY=$access" \
+		"BUCKETBROKER_TEST_S3_SECRET_KEY=$secret"
 }
 
 # stop_pid stops the versitygw whose pid is in pidfile (see stop_process).
