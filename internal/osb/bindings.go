@@ -1,6 +1,7 @@
 package osb
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -163,15 +164,7 @@ func (h *Handler) bindingLastOperation(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	q, err := query(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	op, err := h.bindings.BindingLastOperation(r.Context(), instanceID, bindingID, q.Get("operation"))
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.respondLastOperation(w, r, op)
+	h.answerPoll(w, r, func(ctx context.Context, operation string) (engine.LastOperation, error) {
+		return h.bindings.BindingLastOperation(ctx, instanceID, bindingID, operation)
+	})
 }

@@ -204,14 +204,22 @@ func (h *Handler) instanceLastOperation(w http.ResponseWriter, r *http.Request) 
 		h.fail(w, r, err)
 		return
 	}
-	// service_id and plan_id are hints the engine does not need: the
-	// operation id and the record answer the poll.
+	h.answerPoll(w, r, func(ctx context.Context, operation string) (engine.LastOperation, error) {
+		return h.instances.InstanceLastOperation(ctx, id, operation)
+	})
+}
+
+// answerPoll answers a last_operation poll whose path ids are read: poll
+// asks the engine with the query's operation id. service_id and plan_id
+// are hints the engine does not need: the operation id and the record
+// answer the poll.
+func (h *Handler) answerPoll(w http.ResponseWriter, r *http.Request, poll func(ctx context.Context, operation string) (engine.LastOperation, error)) {
 	q, err := query(r)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	op, err := h.instances.InstanceLastOperation(r.Context(), id, q.Get("operation"))
+	op, err := poll(r.Context(), q.Get("operation"))
 	if err != nil {
 		h.fail(w, r, err)
 		return
