@@ -2,7 +2,8 @@
 # Helpers shared by the hack/ scripts that build and run test servers as
 # processes (versitygw.sh, seaweedfs.sh). Source it after `set -euo
 # pipefail`, with LOG_NAME set to the script's name for log lines, and
-# PORT_MIN / PORT_SPAN for free_ports, STOP_TIMEOUT for stop_process.
+# PORT_MIN / PORT_SPAN for free_ports, START_TIMEOUT for await_start,
+# STOP_TIMEOUT for stop_process, CACHE_ROOT for cached_build.
 
 log() { echo "${LOG_NAME:-hack}: $*" >&2; }
 die() {
@@ -24,6 +25,107 @@ go_cmd() {
 }
 
 random_hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
+
+# root_keys prints "access secret", the root key pair of a server's data
+# directory dir: random, made on the first start of dir and kept in it
+# (mode 0600), so that a restart serves the buckets and users already in
+# dir to the same root. Callers hand the keys to the server in its
+# environment, never on its command line, where ps would show them.
+root_keys() {
+	local dir="$1" access secret
+	if [[ ! -s "$dir/root-keys" ]]; then
+		(umask 077 && echo "bbroot$(random_hex 8) $(random_hex 20)" >"$dir/root-keys.tmp")
+		mv -f "$dir/root-keys.tmp" "$dir/root-keys"
+	fi
+	read -r access secret <"$dir/root-keys"
+	[[ -n "$access" && -n "$secret" ]] || die "$dir/root-keys holds no key pair: remove it to make a new one"
+	echo "$access $secret"
+}
+
+# await_start NAME PID LOGFILE WHERE TAKEN READY... waits up to
+# START_TIMEOUT seconds for the server NAME, just started as PID and
+# logging to LOGFILE, to be ready: the command READY... succeeds. It
+# returns 0 once ready, and 1 when the server exited with a line matching
+# the grep pattern TAKEN (a port was taken between the check and the bind:
+# the caller tries other ports). It dies, with the log's tail, when the
+# server exited for another reason or did not answer on WHERE in time
+# (then it kills it first).
+await_start() {
+	local name="$1" pid="$2" logfile="$3" where="$4" taken="$5"
+	shift 5
+	local deadline=$((SECONDS + START_TIMEOUT))
+	while ((SECONDS < deadline)); do
+		if ! alive "$pid"; then
+			break
+		fi
+		if "$@"; then
+			return 0
+		fi
+		sleep 0.2
+	done
+	if alive "$pid"; then
+		kill -KILL "$pid" 2>/dev/null || true
+		die "$name did not answer on $where within ${START_TIMEOUT}s
+$(log_tail "$logfile")"
+	fi
+	wait "$pid" 2>/dev/null || true
+	if ! tail -n 5 "$logfile" | grep -q -E "$taken"; then
+		die "$name exited during startup
+$(log_tail "$logfile")"
+	fi
+	return 1
+}
+
+# write_env DIR NAME=VALUE... writes an `export NAME=VALUE` line for each
+# to DIR/env (mode 0600: the values hold the root keys) and prints them:
+# what a script's start prints for eval.
+write_env() {
+	local dir="$1" env="" kv
+	shift
+	for kv in "$@"; do
+		env+="export $kv"$'\n'
+	done
+	env="${env%$'\n'}"
+	(umask 077 && echo "$env" >"$dir/env")
+	echo "$env"
+}
+
+# cached_build NAME VERSION BIN HOW_LONG BUILD prints BIN, building it first
+# unless it exists. BUILD is a function, called as `BUILD STAGE GO` from a
+# temporary directory STAGE beside the cache (CACHE_ROOT) with the go
+# command GO; it must leave the binary at STAGE/$(basename BIN), which is
+# then renamed into place, so an interrupted or failed build never leaves a
+# broken binary behind, and two concurrent builds both end with a good one.
+# HOW_LONG goes in the log line ("about 8 minutes"). The test servers'
+# scripts build with it; go_tool below is the same for tools built with go
+# install alone, with a lock besides.
+cached_build() {
+	local name="$1" version="$2" bin="$3" how_long="$4" build="$5"
+	if [[ -x "$bin" ]]; then
+		echo "$bin"
+		return 0
+	fi
+	local go tmp
+	go="$(go_cmd)"
+	mkdir -p "$(dirname "$bin")"
+	# Leftovers of builds killed outright (SIGKILL) hold nothing in use.
+	find "$CACHE_ROOT" -maxdepth 1 -name ".$name-*-build.*" -mmin +120 -exec rm -rf {} + 2>/dev/null || true
+	tmp="$(mktemp -d "$CACHE_ROOT/.$name-$version-build.XXXXXX")"
+	# A module copy may be read-only: u+w first, so that rm can empty it.
+	# shellcheck disable=SC2064 # expand now: tmp is local
+	trap "chmod -R u+w '$tmp' 2>/dev/null; rm -rf '$tmp'" EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	trap 'exit 129' HUP
+	log "building $name $version into $(dirname "$bin") ($how_long)"
+	"$build" "$tmp" "$go"
+	[[ -x "$tmp/$(basename "$bin")" ]] || die "the $name build left no binary in $tmp"
+	mv -f "$tmp/$(basename "$bin")" "$bin"
+	chmod -R u+w "$tmp"
+	rm -rf "$tmp"
+	trap - EXIT INT TERM HUP
+	echo "$bin"
+}
 
 # listening reports whether something accepts connections on 127.0.0.1:port.
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }

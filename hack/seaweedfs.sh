@@ -57,28 +57,16 @@ EOF
 }
 
 # build prints the path of the weed binary, building it first unless the
-# cache holds it. The build goes to a temporary directory beside the cache
-# and is renamed into place, so an interrupted or failed build never leaves
-# a broken binary behind, and two concurrent builds both end with a good one.
+# cache holds it (see cached_build).
 cmd_build() {
-	if [[ -x "$BIN" ]]; then
-		echo "$BIN"
-		return 0
-	fi
-	local go tmp src
-	go="$(go_cmd)"
-	mkdir -p "$CACHE_DIR"
-	# Leftovers of builds killed outright (SIGKILL) hold nothing in use.
-	find "$CACHE_ROOT" -maxdepth 1 -name ".seaweedfs-*-build.*" -mmin +120 -exec rm -rf {} + 2>/dev/null || true
-	tmp="$(mktemp -d "$CACHE_ROOT/.seaweedfs-$VERSION-build.XXXXXX")"
-	# shellcheck disable=SC2064 # expand now: tmp is local
-	trap "chmod -R u+w '$tmp' 2>/dev/null; rm -rf '$tmp'" EXIT
-	trap 'exit 130' INT
-	trap 'exit 143' TERM
-	trap 'exit 129' HUP
-	log "building SeaweedFS $VERSION into $CACHE_DIR (about 8 minutes on 2 cores)"
-	# From the temporary directory and without the caller's GOFLAGS or
-	# workspace, so that nothing of the caller's module takes part.
+	cached_build seaweedfs "$VERSION" "$BIN" "about 8 minutes on 2 cores" build_into
+}
+
+# build_into STAGE GO builds weed into STAGE. From STAGE and without the
+# caller's GOFLAGS or workspace, so that nothing of the caller's module
+# takes part.
+build_into() {
+	local tmp="$1" go="$2" src
 	if ! src="$(cd "$tmp" && GOWORK=off GOFLAGS='' "$go" mod download -json "$MODULE@$VERSION" |
 		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')" || [[ -z "$src" ]]; then
 		die "go mod download $MODULE@$VERSION failed"
@@ -91,14 +79,7 @@ cmd_build() {
 	if ! (cd "$tmp/src" && GOWORK=off GOFLAGS='' "$go" build -trimpath -o "$tmp/weed" ./weed >&2); then
 		die "go build $MODULE@$VERSION ./weed failed"
 	fi
-	[[ -x "$tmp/weed" ]] || die "go build left no binary in $tmp"
-	mv -f "$tmp/weed" "$BIN"
-	chmod -R u+w "$tmp"
-	rm -rf "$tmp"
-	trap - EXIT INT TERM HUP
-	echo "$BIN"
 }
-
 
 # ready reports whether the S3 gateway on port answers its health check
 # and accepts the root keys (SigV4-signed ListBuckets), which it does only
@@ -119,7 +100,7 @@ ready() {
 # given on its command line is taken; another set of ports is then tried.
 launch() {
 	local dir="$1" bin="$2" logfile="$1/weed.log"
-	local attempt pid deadline
+	local attempt pid
 	local -a p
 	for attempt in $(seq "$PORT_ATTEMPTS"); do
 		read -r -a p <<<"$(free_ports 10)"
@@ -143,26 +124,9 @@ launch() {
 			-s3.autoCreateBucket=false \
 			</dev/null >>"$logfile" 2>&1) &
 		pid=$!
-		deadline=$((SECONDS + START_TIMEOUT))
-		while ((SECONDS < deadline)); do
-			if ! alive "$pid"; then
-				break
-			fi
-			if ready "${p[6]}"; then
-				echo "$pid ${p[*]}"
-				return 0
-			fi
-			sleep 0.5
-		done
-		if alive "$pid"; then
-			kill -KILL "$pid" 2>/dev/null || true
-			die "weed mini did not answer on 127.0.0.1:${p[6]} within ${START_TIMEOUT}s
-$(log_tail "$logfile")"
-		fi
-		wait "$pid" 2>/dev/null || true
-		if ! tail -n 5 "$logfile" | grep -q -e 'is not available' -e 'address already in use'; then
-			die "weed mini exited during startup
-$(log_tail "$logfile")"
+		if await_start "weed mini" "$pid" "$logfile" "127.0.0.1:${p[6]}" 'is not available|address already in use' ready "${p[6]}"; then
+			echo "$pid ${p[*]}"
+			return 0
 		fi
 		log "a port was taken, trying others"
 	done
@@ -187,17 +151,12 @@ cmd_start() {
 	bin="$(cmd_build)"
 	(umask 077 && mkdir -p "$dir/data" "$dir/log")
 
-	# Random root keys, made on the first start of DIR and kept in it, as
-	# in hack/versitygw.sh. SeaweedFS makes an admin identity of the keys
-	# in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY: they reach it in its
-	# environment, not on the command line where ps would show them.
-	local access secret
-	if [[ ! -s "$dir/root-keys" ]]; then
-		(umask 077 && echo "bbroot$(random_hex 8) $(random_hex 20)" >"$dir/root-keys.tmp")
-		mv -f "$dir/root-keys.tmp" "$dir/root-keys"
-	fi
-	read -r access secret <"$dir/root-keys"
-	[[ -n "$access" && -n "$secret" ]] || die "$dir/root-keys holds no key pair: remove it to make a new one"
+	# The root keys (see root_keys). SeaweedFS makes an admin identity of
+	# the keys in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, in its
+	# environment.
+	local access secret keys
+	keys="$(root_keys "$dir")"
+	read -r access secret <<<"$keys"
 	export AWS_ACCESS_KEY_ID="$access" AWS_SECRET_ACCESS_KEY="$secret"
 
 	log "starting weed mini (log: $dir/weed.log)"
@@ -212,14 +171,12 @@ cmd_start() {
 
 	# The IAM API shares the S3 port: SeaweedFS tells an IAM request (a
 	# form POST with an Action) from an S3 one.
-	local env
-	env="export BUCKETBROKER_TEST_SEAWEEDFS_S3_ENDPOINT=http://127.0.0.1:$s3_port
-export BUCKETBROKER_TEST_SEAWEEDFS_IAM_ENDPOINT=http://127.0.0.1:$s3_port
-export BUCKETBROKER_TEST_SEAWEEDFS_ACCESS_KEY=$access
-export BUCKETBROKER_TEST_SEAWEEDFS_SECRET_KEY=$secret"
-	(umask 077 && echo "$env" >"$dir/env")
 	log "weed mini pid $pid, S3 and IAM on 127.0.0.1:$s3_port"
-	echo "$env"
+	write_env "$dir" \
+		"BUCKETBROKER_TEST_SEAWEEDFS_S3_ENDPOINT=http://127.0.0.1:$s3_port" \
+		"BUCKETBROKER_TEST_SEAWEEDFS_IAM_ENDPOINT=http://127.0.0.1:$s3_port" \
+		"BUCKETBROKER_TEST_SEAWEEDFS_ACCESS_KEY=$access" \
+		"BUCKETBROKER_TEST_SEAWEEDFS_SECRET_KEY=$secret"
 }
 
 # cmd_stop stops weed mini (see stop_process). weed mini keeps unix

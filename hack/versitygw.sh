@@ -56,38 +56,20 @@ EOF
 }
 
 # build prints the path of the versitygw binary, building it first unless the
-# cache holds it. The build goes to a temporary directory beside the cache and
-# is renamed into place, so an interrupted or failed build never leaves a
-# broken binary behind, and two concurrent builds both end with a good one.
+# cache holds it (see cached_build).
 cmd_build() {
-	if [[ -x "$BIN" ]]; then
-		echo "$BIN"
-		return 0
-	fi
-	local go tmp
-	go="$(go_cmd)"
-	mkdir -p "$CACHE_DIR"
-	# Leftovers of builds killed outright (SIGKILL) hold nothing in use.
-	find "$CACHE_ROOT" -maxdepth 1 -name ".versitygw-*-build.*" -mmin +120 -exec rm -rf {} + 2>/dev/null || true
-	tmp="$(mktemp -d "$CACHE_ROOT/.versitygw-$VERSION-build.XXXXXX")"
-	# shellcheck disable=SC2064 # expand now: tmp is local
-	trap "rm -rf '$tmp'" EXIT
-	trap 'exit 130' INT
-	trap 'exit 143' TERM
-	trap 'exit 129' HUP
-	log "building versitygw $VERSION into $CACHE_DIR (about 1.5 minutes)"
-	# From the temporary directory and without the caller's GOFLAGS (say
-	# -mod=vendor), so that nothing of the caller's module takes part: the
-	# build uses versitygw's own go.mod and go.sum.
+	cached_build versitygw "$VERSION" "$BIN" "about 1.5 minutes" build_into
+}
+
+# build_into STAGE GO installs versitygw into STAGE. From STAGE and without
+# the caller's GOFLAGS (say -mod=vendor), so that nothing of the caller's
+# module takes part: the build uses versitygw's own go.mod and go.sum.
+build_into() {
+	local tmp="$1" go="$2"
 	if ! (cd "$tmp" && GOBIN="$tmp" GOWORK=off GOFLAGS='' "$go" install -trimpath \
 		-ldflags "-X main.Version=$VERSION -X main.Build=release" "$PACKAGE@$VERSION" >&2); then
 		die "go install $PACKAGE@$VERSION failed"
 	fi
-	[[ -x "$tmp/versitygw" ]] || die "go install left no binary in $tmp"
-	mv -f "$tmp/versitygw" "$BIN"
-	rm -rf "$tmp"
-	trap - EXIT INT TERM HUP
-	echo "$BIN"
 }
 
 # healthy reports whether GET /health on 127.0.0.1:port answers 200.
@@ -97,6 +79,10 @@ healthy() {
 	[[ "$status" == 200 ]]
 }
 
+# up reports whether the server on port answers GET /health and the extra
+# check passes.
+up() { healthy "$1" && $2; }
+
 # launch starts one server (the command line after the log file name) on a
 # free port, waits until it answers GET /health and the extra check passes,
 # and prints "pid port". It retries with another port when the one picked was
@@ -105,7 +91,7 @@ healthy() {
 launch() {
 	local name="$1" logfile="$2" check="$3"
 	shift 3
-	local attempt port pid deadline
+	local attempt port pid
 	for attempt in $(seq "$PORT_ATTEMPTS"); do
 		port="$(free_ports 1)"
 		echo "=== $(date -u +%FT%TZ) start on 127.0.0.1:$port (attempt $attempt)" >>"$logfile"
@@ -113,26 +99,9 @@ launch() {
 		# caller's terminal does not take the server down mid-test.
 		setsid "${@//@PORT@/127.0.0.1:$port}" </dev/null >>"$logfile" 2>&1 &
 		pid=$!
-		deadline=$((SECONDS + START_TIMEOUT))
-		while ((SECONDS < deadline)); do
-			if ! alive "$pid"; then
-				break
-			fi
-			if healthy "$port" && $check; then
-				echo "$pid $port"
-				return 0
-			fi
-			sleep 0.2
-		done
-		if alive "$pid"; then
-			kill -KILL "$pid" 2>/dev/null || true
-			die "$name did not answer on 127.0.0.1:$port within ${START_TIMEOUT}s
-$(log_tail "$logfile")"
-		fi
-		wait "$pid" 2>/dev/null || true
-		if ! tail -n 5 "$logfile" | grep -q 'address already in use'; then
-			die "$name exited during startup
-$(log_tail "$logfile")"
+		if await_start "$name" "$pid" "$logfile" "127.0.0.1:$port" 'address already in use' up "$port" "$check"; then
+			echo "$pid $port"
+			return 0
 		fi
 		log "$name: port $port was taken, trying another"
 	done
@@ -175,17 +144,11 @@ cmd_start() {
 	fi
 	rm -f "$sock"
 
-	# Random root keys, made on the first start of DIR and kept in it: a
-	# restart serves the buckets and users already in DIR to the same root
-	# (the ports are picked afresh). The keys reach versitygw in its
-	# environment, not on the command line where ps would show them.
-	local access secret
-	if [[ ! -s "$dir/root-keys" ]]; then
-		(umask 077 && echo "bbroot$(random_hex 8) $(random_hex 20)" >"$dir/root-keys.tmp")
-		mv -f "$dir/root-keys.tmp" "$dir/root-keys"
-	fi
-	read -r access secret <"$dir/root-keys"
-	[[ -n "$access" && -n "$secret" ]] || die "$dir/root-keys holds no key pair: remove it to make a new one"
+	# The root keys (see root_keys; the ports are picked afresh on a
+	# restart) reach versitygw in its environment.
+	local access secret keys
+	keys="$(root_keys "$dir")"
+	read -r access secret <<<"$keys"
 	export ROOT_ACCESS_KEY_ID="$access" ROOT_SECRET_ACCESS_KEY="$secret"
 
 	local out iam_pid iam_port s3_pid s3_port
@@ -210,14 +173,12 @@ cmd_start() {
 	echo "$s3_pid" >"$dir/s3.pid"
 	trap - EXIT
 
-	local env
-	env="export BUCKETBROKER_TEST_S3_ENDPOINT=http://127.0.0.1:$s3_port
-export BUCKETBROKER_TEST_IAM_ENDPOINT=http://127.0.0.1:$iam_port
-export BUCKETBROKER_TEST_S3_ACCESS_KEY=$access
-export BUCKETBROKER_TEST_S3_SECRET_KEY=$secret"
-	(umask 077 && echo "$env" >"$dir/env")
 	log "IAM service pid $iam_pid on 127.0.0.1:$iam_port, S3 gateway pid $s3_pid on 127.0.0.1:$s3_port"
-	echo "$env"
+	write_env "$dir" \
+		"BUCKETBROKER_TEST_S3_ENDPOINT=http://127.0.0.1:$s3_port" \
+		"BUCKETBROKER_TEST_IAM_ENDPOINT=http://127.0.0.1:$iam_port" \
+		"BUCKETBROKER_TEST_S3_ACCESS_KEY=$access" \
+		"BUCKETBROKER_TEST_S3_SECRET_KEY=$secret"
 }
 
 # stop_pid stops the versitygw whose pid is in pidfile (see stop_process).

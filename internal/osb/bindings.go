@@ -1,6 +1,7 @@
 package osb
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,12 +46,8 @@ func decodeBind(r *http.Request) (engine.BindRequest, error) {
 	if err != nil {
 		return engine.BindRequest{}, err
 	}
-	_, async, err := asyncQuery(r)
+	b, async, err := decodeWithBody[bindBody](r)
 	if err != nil {
-		return engine.BindRequest{}, err
-	}
-	var b bindBody
-	if err := decodeBody(r, &b); err != nil {
 		return engine.BindRequest{}, err
 	}
 	if err := require(field{"service_id", b.ServiceID}, field{"plan_id", b.PlanID}); err != nil {
@@ -60,19 +57,8 @@ func decodeBind(r *http.Request) (engine.BindRequest, error) {
 		field{"predecessor_binding_id", b.PredecessorBindingID}); err != nil {
 		return engine.BindRequest{}, err
 	}
-	ident, err := identity(r)
-	if err != nil {
-		return engine.BindRequest{}, err
-	}
-	bindResource, err := object("bind_resource", b.BindResource)
-	if err != nil {
-		return engine.BindRequest{}, err
-	}
-	params, err := object("parameters", b.Parameters)
-	if err != nil {
-		return engine.BindRequest{}, err
-	}
-	osbContext, err := object("context", b.Context)
+	ident, objects, err := identityAndObjects(r, objectField{"bind_resource", b.BindResource},
+		objectField{"parameters", b.Parameters}, objectField{"context", b.Context})
 	if err != nil {
 		return engine.BindRequest{}, err
 	}
@@ -82,9 +68,9 @@ func decodeBind(r *http.Request) (engine.BindRequest, error) {
 		ServiceID:         b.ServiceID,
 		PlanID:            b.PlanID,
 		AppGUID:           b.AppGUID,
-		BindResource:      bindResource,
-		Parameters:        params,
-		Context:           osbContext,
+		BindResource:      objects[0],
+		Parameters:        objects[1],
+		Context:           objects[2],
 		AcceptsIncomplete: async,
 		Identity:          ident,
 
@@ -97,21 +83,17 @@ func decodeUnbind(r *http.Request) (engine.UnbindRequest, error) {
 	if err != nil {
 		return engine.UnbindRequest{}, err
 	}
-	serviceID, planID, async, err := deleteQuery(r)
-	if err != nil {
-		return engine.UnbindRequest{}, err
-	}
-	ident, err := identity(r)
+	d, err := decodeDeletion(r)
 	if err != nil {
 		return engine.UnbindRequest{}, err
 	}
 	return engine.UnbindRequest{
 		InstanceID:        instanceID,
 		BindingID:         bindingID,
-		ServiceID:         serviceID,
-		PlanID:            planID,
-		AcceptsIncomplete: async,
-		Identity:          ident,
+		ServiceID:         d.serviceID,
+		PlanID:            d.planID,
+		AcceptsIncomplete: d.async,
+		Identity:          d.identity,
 	}, nil
 }
 
@@ -182,15 +164,7 @@ func (h *Handler) bindingLastOperation(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	q, err := query(r)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	op, err := h.bindings.BindingLastOperation(r.Context(), instanceID, bindingID, q.Get("operation"))
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.respondLastOperation(w, r, op)
+	h.answerPoll(w, r, func(ctx context.Context, operation string) (engine.LastOperation, error) {
+		return h.bindings.BindingLastOperation(ctx, instanceID, bindingID, operation)
+	})
 }

@@ -274,6 +274,67 @@ func object(name string, raw json.RawMessage) (json.RawMessage, error) {
 	return t, nil
 }
 
+// decodeWithBody reads what every request with a body starts with:
+// accepts_incomplete from the query, then the body, decoded into a B (see
+// decodeBody).
+func decodeWithBody[B any](r *http.Request) (B, bool, error) {
+	var b B
+	_, async, err := asyncQuery(r)
+	if err != nil {
+		return b, false, err
+	}
+	if err := decodeBody(r, &b); err != nil {
+		return b, false, err
+	}
+	return b, async, nil
+}
+
+// objectField names an optional JSON object field of a request body.
+type objectField struct {
+	name string
+	raw  json.RawMessage
+}
+
+// identityAndObjects decodes the tail every request with a body shares:
+// the originating identity header, then each of fields as an object (see
+// object), in the order given, so that the first bad one is the error. It
+// returns one object per field, in the same order.
+func identityAndObjects(r *http.Request, fields ...objectField) (string, []json.RawMessage, error) {
+	ident, err := identity(r)
+	if err != nil {
+		return "", nil, err
+	}
+	objects := make([]json.RawMessage, len(fields))
+	for i, f := range fields {
+		if objects[i], err = object(f.name, f.raw); err != nil {
+			return "", nil, err
+		}
+	}
+	return ident, objects, nil
+}
+
+// deletion is what deprovision and unbind read beside their path ids:
+// the DELETE query and the originating identity.
+type deletion struct {
+	serviceID, planID string
+	async             bool
+	identity          string
+}
+
+// decodeDeletion reads a DELETE's query (see deleteQuery), then the
+// originating identity.
+func decodeDeletion(r *http.Request) (deletion, error) {
+	serviceID, planID, async, err := deleteQuery(r)
+	if err != nil {
+		return deletion{}, err
+	}
+	ident, err := identity(r)
+	if err != nil {
+		return deletion{}, err
+	}
+	return deletion{serviceID: serviceID, planID: planID, async: async, identity: ident}, nil
+}
+
 // deleteQuery reads the query of a DELETE: service_id and plan_id are
 // required, accepts_incomplete optional.
 func deleteQuery(r *http.Request) (serviceID, planID string, async bool, err error) {

@@ -84,12 +84,8 @@ func decodeProvision(r *http.Request) (engine.ProvisionRequest, error) {
 	if err != nil {
 		return engine.ProvisionRequest{}, err
 	}
-	_, async, err := asyncQuery(r)
+	b, async, err := decodeWithBody[provisionBody](r)
 	if err != nil {
-		return engine.ProvisionRequest{}, err
-	}
-	var b provisionBody
-	if err := decodeBody(r, &b); err != nil {
 		return engine.ProvisionRequest{}, err
 	}
 	if err := require(
@@ -104,15 +100,7 @@ func decodeProvision(r *http.Request) (engine.ProvisionRequest, error) {
 		field{"organization_guid", b.OrganizationGUID}, field{"space_guid", b.SpaceGUID}); err != nil {
 		return engine.ProvisionRequest{}, err
 	}
-	ident, err := identity(r)
-	if err != nil {
-		return engine.ProvisionRequest{}, err
-	}
-	params, err := object("parameters", b.Parameters)
-	if err != nil {
-		return engine.ProvisionRequest{}, err
-	}
-	osbContext, err := object("context", b.Context)
+	ident, objects, err := identityAndObjects(r, objectField{"parameters", b.Parameters}, objectField{"context", b.Context})
 	if err != nil {
 		return engine.ProvisionRequest{}, err
 	}
@@ -127,8 +115,8 @@ func decodeProvision(r *http.Request) (engine.ProvisionRequest, error) {
 		PlanID:             b.PlanID,
 		OrganizationGUID:   b.OrganizationGUID,
 		SpaceGUID:          b.SpaceGUID,
-		Parameters:         params,
-		Context:            osbContext,
+		Parameters:         objects[0],
+		Context:            objects[1],
 		AcceptsIncomplete:  async,
 		Identity:           ident,
 	}, nil
@@ -139,12 +127,8 @@ func decodeUpdate(r *http.Request) (engine.UpdateRequest, error) {
 	if err != nil {
 		return engine.UpdateRequest{}, err
 	}
-	_, async, err := asyncQuery(r)
+	b, async, err := decodeWithBody[updateBody](r)
 	if err != nil {
-		return engine.UpdateRequest{}, err
-	}
-	var b updateBody
-	if err := decodeBody(r, &b); err != nil {
 		return engine.UpdateRequest{}, err
 	}
 	if err := require(field{"service_id", b.ServiceID}); err != nil {
@@ -153,15 +137,7 @@ func decodeUpdate(r *http.Request) (engine.UpdateRequest, error) {
 	if err := bounded(field{"service_id", b.ServiceID}, field{"plan_id", b.PlanID}); err != nil {
 		return engine.UpdateRequest{}, err
 	}
-	ident, err := identity(r)
-	if err != nil {
-		return engine.UpdateRequest{}, err
-	}
-	params, err := object("parameters", b.Parameters)
-	if err != nil {
-		return engine.UpdateRequest{}, err
-	}
-	osbContext, err := object("context", b.Context)
+	ident, objects, err := identityAndObjects(r, objectField{"parameters", b.Parameters}, objectField{"context", b.Context})
 	if err != nil {
 		return engine.UpdateRequest{}, err
 	}
@@ -175,8 +151,8 @@ func decodeUpdate(r *http.Request) (engine.UpdateRequest, error) {
 		ServiceID:          b.ServiceID,
 		// Absent and empty both mean "keep the plan", as the engine expects.
 		PlanID:            b.PlanID,
-		Parameters:        params,
-		Context:           osbContext,
+		Parameters:        objects[0],
+		Context:           objects[1],
 		AcceptsIncomplete: async,
 		Identity:          ident,
 	}, nil
@@ -187,20 +163,16 @@ func decodeDeprovision(r *http.Request) (engine.DeprovisionRequest, error) {
 	if err != nil {
 		return engine.DeprovisionRequest{}, err
 	}
-	serviceID, planID, async, err := deleteQuery(r)
-	if err != nil {
-		return engine.DeprovisionRequest{}, err
-	}
-	ident, err := identity(r)
+	d, err := decodeDeletion(r)
 	if err != nil {
 		return engine.DeprovisionRequest{}, err
 	}
 	return engine.DeprovisionRequest{
 		InstanceID:        id,
-		ServiceID:         serviceID,
-		PlanID:            planID,
-		AcceptsIncomplete: async,
-		Identity:          ident,
+		ServiceID:         d.serviceID,
+		PlanID:            d.planID,
+		AcceptsIncomplete: d.async,
+		Identity:          d.identity,
 	}, nil
 }
 
@@ -232,14 +204,22 @@ func (h *Handler) instanceLastOperation(w http.ResponseWriter, r *http.Request) 
 		h.fail(w, r, err)
 		return
 	}
-	// service_id and plan_id are hints the engine does not need: the
-	// operation id and the record answer the poll.
+	h.answerPoll(w, r, func(ctx context.Context, operation string) (engine.LastOperation, error) {
+		return h.instances.InstanceLastOperation(ctx, id, operation)
+	})
+}
+
+// answerPoll answers a last_operation poll whose path ids are read: poll
+// asks the engine with the query's operation id. service_id and plan_id
+// are hints the engine does not need: the operation id and the record
+// answer the poll.
+func (h *Handler) answerPoll(w http.ResponseWriter, r *http.Request, poll func(ctx context.Context, operation string) (engine.LastOperation, error)) {
 	q, err := query(r)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	op, err := h.instances.InstanceLastOperation(r.Context(), id, q.Get("operation"))
+	op, err := poll(r.Context(), q.Get("operation"))
 	if err != nil {
 		h.fail(w, r, err)
 		return

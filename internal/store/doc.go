@@ -4,7 +4,9 @@
 // The stores (store/sqlite, store/postgres) keep each record as this JSON
 // beside a few indexed columns (kind, id, instance, phase, operation state,
 // version). Writing the same bytes on both lets the shared conformance suite
-// (store/storetest) hold them to the same round trip, byte for byte.
+// (store/storetest) hold them to the same round trip, byte for byte. For
+// the same reason both stamp a record through ForInsert and ForUpdate, and
+// both run their schema migrations through Migrate: only the SQL differs.
 //
 // Encode refuses a record Decode could not read back, or that is beyond
 // what the engine ever writes (MaxRecordDepth, MaxRecordBytes), so a store

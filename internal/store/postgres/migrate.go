@@ -84,20 +84,17 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
 		return fmt.Errorf("migrate schema: read version: %w", err)
 	}
-	if current > len(migrations) {
-		return fmt.Errorf("database schema version %d is newer than the newest this binary knows (%d): run a newer bucketbroker, or restore a backup taken before the upgrade",
-			current, len(migrations))
-	}
-	for v := current + 1; v <= len(migrations); v++ {
+	if err := store.Migrate(current, migrations, func(v int, statements string) error {
 		// No arguments: pgx sends it with the simple protocol, which runs
 		// every statement of a multi-statement migration.
-		if _, err := tx.Exec(ctx, migrations[v-1]); err != nil {
-			return fmt.Errorf("migrate schema to version %d: %w", v, err)
+		if _, err := tx.Exec(ctx, statements); err != nil {
+			return err
 		}
-		if _, err := tx.Exec(ctx,
-			`INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)`, v, store.Now()); err != nil {
-			return fmt.Errorf("migrate schema to version %d: %w", v, err)
-		}
+		_, err := tx.Exec(ctx,
+			`INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)`, v, store.Now())
+		return err
+	}); err != nil {
+		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("migrate schema: %w", err)

@@ -146,17 +146,7 @@ func (s *Store) Close() error {
 
 // Insert implements engine.Store.
 func (s *Store) Insert(ctx context.Context, r *engine.Record) error {
-	if err := store.CheckKey(r.Kind, r.ID); err != nil {
-		return fmt.Errorf("insert record %s/%s: %w", r.Kind, r.ID, err)
-	}
-	now := store.Now()
-	c := r.Clone()
-	c.Version = 1
-	if c.CreatedAt.IsZero() {
-		c.CreatedAt = now
-	}
-	c.UpdatedAt = now
-	data, err := store.Encode(c)
+	c, data, err := store.ForInsert(r)
 	if err != nil {
 		return fmt.Errorf("insert record %s/%s: %w", r.Kind, r.ID, err)
 	}
@@ -203,13 +193,7 @@ func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.R
 
 // Update implements engine.Store.
 func (s *Store) Update(ctx context.Context, r *engine.Record) error {
-	if err := store.CheckKey(r.Kind, r.ID); err != nil {
-		return fmt.Errorf("update record %s/%s: %w", r.Kind, r.ID, err)
-	}
-	c := r.Clone()
-	c.Version = r.Version + 1
-	c.UpdatedAt = store.Now()
-	data, err := store.Encode(c)
+	c, data, err := store.ForUpdate(r)
 	if err != nil {
 		return fmt.Errorf("update record %s/%s: %w", r.Kind, r.ID, err)
 	}

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"time"
+
+	"github.com/bucketbroker/bucketbroker/internal/store"
 )
 
 // migrations are the schema changes, in order: migrations[i] brings the
@@ -54,19 +56,16 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
 		return fmt.Errorf("migrate schema: read version: %w", err)
 	}
-	if current > len(migrations) {
-		return fmt.Errorf("database schema version %d is newer than the newest this binary knows (%d): run a newer bucketbroker, or restore a backup taken before the upgrade",
-			current, len(migrations))
-	}
-	for v := current + 1; v <= len(migrations); v++ {
-		if _, err := tx.ExecContext(ctx, migrations[v-1]); err != nil {
-			return fmt.Errorf("migrate schema to version %d: %w", v, err)
+	if err := store.Migrate(current, migrations, func(v int, statements string) error {
+		if _, err := tx.ExecContext(ctx, statements); err != nil {
+			return err
 		}
-		if _, err := tx.ExecContext(ctx,
+		_, err := tx.ExecContext(ctx,
 			`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`,
-			v, formatTime(time.Now())); err != nil {
-			return fmt.Errorf("migrate schema to version %d: %w", v, err)
-		}
+			v, formatTime(time.Now()))
+		return err
+	}); err != nil {
+		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("migrate schema: %w", err)

@@ -169,6 +169,64 @@ func (s *suite) ensureBucket(ctx context.Context, t *testing.T, spec driver.Buck
 	}
 }
 
+// needRootIAM skips t unless the suite has the root's IAM client; why says
+// what t would do with it ("create a user behind the driver's back").
+func (s *suite) needRootIAM(t *testing.T, why string) {
+	t.Helper()
+	if s.rootIAM == nil {
+		t.Skip("drivertest: Config.IAMEndpoint is empty: cannot " + why)
+	}
+}
+
+// bucketAndCredential ensures n's bucket and a read-write credential for
+// n's user on it, both removed when t ends, and returns the credential's
+// spec and the credential.
+func (s *suite) bucketAndCredential(ctx context.Context, t *testing.T, n names) (driver.CredentialSpec, driver.Credential) {
+	t.Helper()
+	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
+	spec := driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite}
+	return spec, s.ensureCredential(ctx, t, spec)
+}
+
+// keyBeside makes a second key for spec's user the way a caller that knows
+// no key does (KeepOtherKeys), checks that it is new and has its secret,
+// and returns spec with KeepOtherKeys set and the key.
+func (s *suite) keyBeside(ctx context.Context, t *testing.T, spec driver.CredentialSpec, first driver.Credential) (driver.CredentialSpec, driver.Credential) {
+	t.Helper()
+	spec.KeepOtherKeys = true
+	return spec, s.wantNewKey(ctx, t, "EnsureCredential(KeepOtherKeys)", spec, first)
+}
+
+// wantSoleKey fails t (what says when) unless n's user exists, is owned
+// by n's owner and has cred's key alone, and the key can put into n's
+// bucket. It returns the key's client.
+func (s *suite) wantSoleKey(ctx context.Context, t *testing.T, what string, n names, cred driver.Credential) *s3.Client {
+	t.Helper()
+	obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
+	if !obs.UserExists || obs.UserOwner != n.owner || !slices.Equal(obs.KeyIDs, []string{cred.AccessKeyID}) {
+		t.Errorf("%s: Observe = exists %v owner %q keys %q, want true %q [%s]",
+			what, obs.UserExists, obs.UserOwner, obs.KeyIDs, n.owner, cred.AccessKeyID)
+	}
+	c := s.s3Client(cred.AccessKeyID, cred.SecretAccessKey)
+	s.wantAllowed(ctx, t, what+": put with the key", func() error { return put(ctx, c, n.bucket, "k", "v") })
+	return c
+}
+
+// wantNewKey calls EnsureCredential(spec) and fails t (named by what)
+// unless it answers a key other than old's, with its secret.
+func (s *suite) wantNewKey(ctx context.Context, t *testing.T, what string, spec driver.CredentialSpec, old driver.Credential) driver.Credential {
+	t.Helper()
+	got, err := s.cfg.Driver.EnsureCredential(ctx, spec)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if got.AccessKeyID == "" || got.SecretAccessKey == "" || got.AccessKeyID == old.AccessKeyID {
+		t.Fatalf("%s = key %q (secret set %v), want a new key with its secret",
+			what, got.AccessKeyID, got.SecretAccessKey != "")
+	}
+	return got
+}
+
 func (s *suite) ensureCredential(ctx context.Context, t *testing.T, spec driver.CredentialSpec) driver.Credential {
 	t.Helper()
 	s.revokeAfter(t, spec.UserName, spec.Owner)
@@ -449,9 +507,7 @@ func (s *suite) testEnsureAfterDelete(t *testing.T) {
 func (s *suite) testCredentialTwice(t *testing.T) {
 	ctx := testContext(t)
 	n := s.newNames(t)
-	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
-	spec := driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite}
-	first := s.ensureCredential(ctx, t, spec)
+	spec, first := s.bucketAndCredential(ctx, t, n)
 	if first.SecretAccessKey == "" {
 		t.Fatalf("first EnsureCredential returned no secret")
 	}
@@ -465,20 +521,13 @@ func (s *suite) testCredentialTwice(t *testing.T) {
 		t.Errorf("second EnsureCredential = key %q with secret set %v, want key %q and no secret",
 			second.AccessKeyID, second.SecretAccessKey != "", first.AccessKeyID)
 	}
-	obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
-	if !obs.UserExists || obs.UserOwner != n.owner || !slices.Equal(obs.KeyIDs, []string{first.AccessKeyID}) {
-		t.Errorf("Observe = exists %v owner %q keys %q, want true %q [%s]",
-			obs.UserExists, obs.UserOwner, obs.KeyIDs, n.owner, first.AccessKeyID)
-	}
-	c := s.s3Client(first.AccessKeyID, first.SecretAccessKey)
-	s.wantAllowed(ctx, t, "put with the kept key", func() error { return put(ctx, c, n.bucket, "k", "v") })
+	s.wantSoleKey(ctx, t, "after keeping the key", n, first)
 }
 
 func (s *suite) testRevokeTwice(t *testing.T) {
 	ctx := testContext(t)
 	n := s.newNames(t)
-	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
-	cred := s.ensureCredential(ctx, t, driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite})
+	_, cred := s.bucketAndCredential(ctx, t, n)
 	c := s.s3Client(cred.AccessKeyID, cred.SecretAccessKey)
 	s.wantAllowed(ctx, t, "put before revoke", func() error { return put(ctx, c, n.bucket, "k", "v") })
 
@@ -500,13 +549,10 @@ func (s *suite) testRevokeTwice(t *testing.T) {
 // refusal to delete a user that still has policies or keys (AWS and
 // versitygw answer DeleteConflict) must lead it to the rest.
 func (s *suite) testRevokeWithExtras(t *testing.T) {
-	if s.rootIAM == nil {
-		t.Skip("drivertest: Config.IAMEndpoint is empty: cannot add to the user behind the driver's back")
-	}
+	s.needRootIAM(t, "add to the user behind the driver's back")
 	ctx := testContext(t)
 	n := s.newNames(t)
-	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
-	cred := s.ensureCredential(ctx, t, driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite})
+	_, cred := s.bucketAndCredential(ctx, t, n)
 	doc := `{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:ListBucket"],"Resource":["arn:aws:s3:::` + n.bucket + `"]}]}`
 	if _, err := s.rootIAM.PutUserPolicy(ctx, &iam.PutUserPolicyInput{
 		UserName: &n.user, PolicyName: aws.String("added-by-someone"), PolicyDocument: &doc,
@@ -538,9 +584,7 @@ func (s *suite) testRevokeWithExtras(t *testing.T) {
 func (s *suite) testLostAnswer(t *testing.T) {
 	ctx := testContext(t)
 	n := s.newNames(t)
-	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
-	spec := driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite}
-	lost := s.ensureCredential(ctx, t, spec)
+	spec, lost := s.bucketAndCredential(ctx, t, n)
 	lostClient := s.s3Client(lost.AccessKeyID, lost.SecretAccessKey)
 	// Prove the first key is live, so that its rejection below means it
 	// was deleted and not that it never worked.
@@ -548,14 +592,7 @@ func (s *suite) testLostAnswer(t *testing.T) {
 
 	// The caller crashed before recording the first answer: it calls again
 	// knowing no key.
-	got, err := s.cfg.Driver.EnsureCredential(ctx, spec)
-	if err != nil {
-		t.Fatalf("EnsureCredential after a lost answer: %v", err)
-	}
-	if got.AccessKeyID == "" || got.SecretAccessKey == "" || got.AccessKeyID == lost.AccessKeyID {
-		t.Fatalf("EnsureCredential after a lost answer = key %q (secret set %v), want a new key with its secret",
-			got.AccessKeyID, got.SecretAccessKey != "")
-	}
+	got := s.wantNewKey(ctx, t, "EnsureCredential after a lost answer", spec, lost)
 	obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
 	if !slices.Equal(obs.KeyIDs, []string{got.AccessKeyID}) {
 		t.Errorf("live keys = %q, want only the new one [%s]", obs.KeyIDs, got.AccessKeyID)
@@ -587,19 +624,8 @@ func (s *suite) testLostAnswer(t *testing.T) {
 func (s *suite) testKeepOtherKeys(t *testing.T) {
 	ctx := testContext(t)
 	n := s.newNames(t)
-	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
-	spec := driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite}
-	first := s.ensureCredential(ctx, t, spec)
-
-	spec.KeepOtherKeys = true
-	second, err := s.cfg.Driver.EnsureCredential(ctx, spec)
-	if err != nil {
-		t.Fatalf("EnsureCredential(KeepOtherKeys): %v", err)
-	}
-	if second.AccessKeyID == "" || second.SecretAccessKey == "" || second.AccessKeyID == first.AccessKeyID {
-		t.Fatalf("EnsureCredential(KeepOtherKeys) = key %q (secret set %v), want a new key with its secret",
-			second.AccessKeyID, second.SecretAccessKey != "")
-	}
+	spec, first := s.bucketAndCredential(ctx, t, n)
+	spec, second := s.keyBeside(ctx, t, spec, first)
 	both := []string{first.AccessKeyID, second.AccessKeyID}
 	slices.Sort(both)
 	obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
@@ -692,17 +718,11 @@ func (s *suite) testKeepOtherKeysAtLimit(t *testing.T) {
 func (s *suite) testRequireKeepKey(t *testing.T) {
 	ctx := testContext(t)
 	n := s.newNames(t)
-	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
-	spec := driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite}
-	first := s.ensureCredential(ctx, t, spec)
-	spec.KeepOtherKeys = true
-	second, err := s.cfg.Driver.EnsureCredential(ctx, spec)
-	if err != nil {
-		t.Fatalf("EnsureCredential(KeepOtherKeys): %v", err)
-	}
+	spec, first := s.bucketAndCredential(ctx, t, n)
+	spec, second := s.keyBeside(ctx, t, spec, first)
 	spec.KeepOtherKeys, spec.RequireKeepKey = false, true
 	spec.KeepKeyID = "AKIAGONE" + strings.Repeat("0", 12)
-	_, err = s.cfg.Driver.EnsureCredential(ctx, spec)
+	_, err := s.cfg.Driver.EnsureCredential(ctx, spec)
 	wantErrorIs(t, "EnsureCredential(RequireKeepKey, KeepKeyID=gone)", err, driver.ErrKeyGone)
 	both := slices.Sorted(slices.Values([]string{first.AccessKeyID, second.AccessKeyID}))
 	obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
@@ -819,9 +839,7 @@ func (s *suite) testUserOwnedByOther(t *testing.T) {
 }
 
 func (s *suite) testUserUnmarked(t *testing.T) {
-	if s.rootIAM == nil {
-		t.Skip("drivertest: Config.IAMEndpoint is empty: cannot create a user behind the driver's back")
-	}
+	s.needRootIAM(t, "create a user behind the driver's back")
 	ctx := testContext(t)
 	n := s.newNames(t)
 	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
@@ -848,9 +866,7 @@ func (s *suite) testUserUnmarked(t *testing.T) {
 // caller's record proves it attempted the creation) it is adopted: marked,
 // its unknown key deleted, one new key live and scoped to the bucket.
 func (s *suite) testUserAdoptUnmarked(t *testing.T) {
-	if s.rootIAM == nil {
-		t.Skip("drivertest: Config.IAMEndpoint is empty: cannot create a user behind the driver's back")
-	}
+	s.needRootIAM(t, "create a user behind the driver's back")
 	ctx := testContext(t)
 	n := s.newNames(t)
 	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
@@ -866,21 +882,8 @@ func (s *suite) testUserAdoptUnmarked(t *testing.T) {
 	}
 
 	spec.AdoptUnmarked = true
-	cred, err := s.cfg.Driver.EnsureCredential(ctx, spec)
-	if err != nil {
-		t.Fatalf("EnsureCredential(unmarked user, AdoptUnmarked): %v, want nil", err)
-	}
-	if cred.AccessKeyID == "" || cred.SecretAccessKey == "" || cred.AccessKeyID == stray {
-		t.Fatalf("EnsureCredential(unmarked user, AdoptUnmarked) = key %q (secret set %v), want a new key with its secret",
-			cred.AccessKeyID, cred.SecretAccessKey != "")
-	}
-	obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
-	if !obs.UserExists || obs.UserOwner != n.owner || !slices.Equal(obs.KeyIDs, []string{cred.AccessKeyID}) {
-		t.Errorf("after adoption Observe = exists %v owner %q keys %q, want true %q [%s]",
-			obs.UserExists, obs.UserOwner, obs.KeyIDs, n.owner, cred.AccessKeyID)
-	}
-	c := s.s3Client(cred.AccessKeyID, cred.SecretAccessKey)
-	s.wantAllowed(ctx, t, "put with the adopted user's key", func() error { return put(ctx, c, n.bucket, "k", "v") })
+	cred := s.wantNewKey(ctx, t, "EnsureCredential(unmarked user, AdoptUnmarked)", spec, driver.Credential{AccessKeyID: stray})
+	c := s.wantSoleKey(ctx, t, "after adoption", n, cred)
 	other := s.newNames(t)
 	s.createRootBucket(ctx, t, other.bucket, "seed.txt", "other seed")
 	s.wantDenied(ctx, t, "get from another bucket with the adopted user's key", func() error { _, err := get(ctx, c, other.bucket, "seed.txt"); return err })
