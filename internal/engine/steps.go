@@ -300,7 +300,10 @@ func (e *Engine) revokeBindings(ctx context.Context, inst *Record) error {
 }
 
 func (e *Engine) bind(ctx context.Context, rec *Record) error {
-	if !rec.UserAttempted {
+	// Where the backend marks a new user in the same write, no look: an
+	// unmarked user under the name is someone else's, and EnsureCredential
+	// without the attempt refuses it (internal/ensure).
+	if !rec.UserAttempted && ensure.UserLookNeeded(e.driver) {
 		v, err := e.look(ctx, rec, "observe user", ensure.Names{User: rec.UserName, Owner: rec.Owner})
 		if err != nil {
 			return e.fail(ctx, rec, err)
@@ -540,16 +543,19 @@ func (e *Engine) removeRefused(ctx context.Context, rec *Record, refused error) 
 }
 
 // revokeRefused is removeRefused for a bind: it revokes the user (and any
-// key) a refused EnsureCredential may have left, then ends the bind.
+// key) a refused EnsureCredential may have left, then ends the bind. Without
+// the attempt recorded (the backend marks a new user in the same write, so
+// the bind did not look) what the call made carries the binding's mark, and
+// only such a user is revoked; an unmarked one is someone else's and stays.
 func (e *Engine) revokeRefused(ctx context.Context, rec *Record, refused error) error {
-	if !rec.UserAttempted {
-		return e.finish(ctx, rec, refused)
-	}
 	err := e.step(ctx, rec, "revoke refused credential", func(ctx context.Context) error {
 		return ensure.RevokeUser(ctx, e.driver, rec.UserName, rec.Owner, rec.Bucket, rec.UserAttempted)
 	})
 	if e.interrupted(ctx, err) {
 		return err
+	}
+	if !rec.UserAttempted && errors.Is(err, driver.ErrOwnedByOther) {
+		err = nil // not this binding's: left in place, nothing of ours there
 	}
 	if err != nil {
 		e.log.Warn("Cannot revoke the user of a refused bind; an unbind revokes it", "id", rec.ID, "user", rec.UserName, "error", err)
