@@ -299,22 +299,34 @@ func (e *Engine) revokeBindings(ctx context.Context, inst *Record) error {
 	}
 }
 
+// attemptUser looks at the binding's user name before the bind's first
+// attempt to create the user and records the attempt, unless the record
+// holds it already or no look is needed: where the backend marks a new
+// user in the same write, an unmarked user under the name is someone
+// else's, and EnsureCredential without the attempt refuses it
+// (internal/ensure). ended reports that the bind is over (the name is
+// taken, or the look or the write failed); err is then bind's answer.
+func (e *Engine) attemptUser(ctx context.Context, rec *Record) (ended bool, err error) {
+	if rec.UserAttempted || !ensure.UserLookNeeded(e.driver) {
+		return false, nil
+	}
+	v, err := e.look(ctx, rec, "observe user", ensure.Names{User: rec.UserName, Owner: rec.Owner})
+	if err != nil {
+		return true, e.fail(ctx, rec, err)
+	}
+	if !v.UserFree {
+		return true, e.finish(ctx, rec, fmt.Errorf("user %q exists and is not this binding's: %w", rec.UserName, driver.ErrOwnedByOther))
+	}
+	rec.UserAttempted = true
+	if err := e.save(ctx, rec); err != nil {
+		return true, err
+	}
+	return false, nil
+}
+
 func (e *Engine) bind(ctx context.Context, rec *Record) error {
-	// Where the backend marks a new user in the same write, no look: an
-	// unmarked user under the name is someone else's, and EnsureCredential
-	// without the attempt refuses it (internal/ensure).
-	if !rec.UserAttempted && ensure.UserLookNeeded(e.driver) {
-		v, err := e.look(ctx, rec, "observe user", ensure.Names{User: rec.UserName, Owner: rec.Owner})
-		if err != nil {
-			return e.fail(ctx, rec, err)
-		}
-		if !v.UserFree {
-			return e.finish(ctx, rec, fmt.Errorf("user %q exists and is not this binding's: %w", rec.UserName, driver.ErrOwnedByOther))
-		}
-		rec.UserAttempted = true
-		if err := e.save(ctx, rec); err != nil {
-			return err
-		}
+	if ended, err := e.attemptUser(ctx, rec); ended {
+		return err
 	}
 	// The overlap rule (internal/ensure): a key is created beside any
 	// others, recorded, and only then are the others deleted. Of two
