@@ -3,12 +3,15 @@ package engine_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
@@ -263,5 +266,82 @@ func TestRefusedBindRevokesItsUserWhereUserMarksAreAtomic(t *testing.T) {
 	h.drv.hook("EnsureCredential/after", nil)
 	if diff := cmp.Diff(before, h.users()); diff != "" {
 		t.Errorf("users after the refused bind changed (-before +after):\n%s", diff)
+	}
+}
+
+// TestRecordedAttemptAdoptsWhereUserMarksAreAtomic: a record that holds
+// userAttempted, written where the look was needed, still lets the bind
+// adopt the unmarked user its attempt left, when the replica that takes
+// the bind over knows marks are atomic (TestBindAdoptsItsUnmarkedUserAfterCrash
+// with replica b taught before it starts).
+func TestRecordedAttemptAdoptsWhereUserMarksAreAtomic(t *testing.T) {
+	const ttl = 600 * time.Millisecond
+	a := newHarness(t, harnessOpts{replica: "a", leaseTTL: ttl})
+	b := newHarness(t, harnessOpts{peer: a, replica: "b", leaseTTL: ttl, noStart: true})
+	ctx := context.Background()
+	inst := a.provisioned(planStd)
+	bid := newID()
+	bind := inst + "/service_bindings/" + bid
+	user := driver.UserName(a.prefix, "binding", bid)
+
+	g := newGate()
+	defer g.release()
+	var once sync.Once
+	a.drv.hook("EnsureCredential", func(ctx context.Context) error {
+		var err error
+		once.Do(func() { _, err = a.iam.CreateUser(ctx, &iam.CreateUserInput{UserName: &user}) })
+		if err != nil {
+			return err
+		}
+		return g.hold(context.WithoutCancel(ctx)) // a dies here, before TagUser
+	})
+	a.want(a.do("PUT", async(bind), bindBody(planStd, nil)), http.StatusAccepted, "bind on a")
+	g.waitEntered(t)
+	rec, err := a.store.Get(ctx, engine.KindBinding, bid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rec.UserAttempted {
+		t.Fatal("the bind's first attempt is under way on a, which had to look, and the record has no userAttempted")
+	}
+	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := a.eng.Shutdown(sctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown with a call held = %v, want the deadline to cut it", err)
+	}
+
+	// b learns that the server keeps CreateUser's tags, then starts.
+	tid := newID()
+	tuser, towner := driver.UserName(b.prefix, "binding", tid), driver.OwnerMark("binding", tid)
+	if _, err := b.drv.EnsureCredential(ctx, driver.CredentialSpec{UserName: tuser, Owner: towner, Bucket: "any", Access: driver.AccessReadOnly}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.drv.RevokeCredential(ctx, tuser, towner); err != nil {
+		t.Fatal(err)
+	}
+	if !b.drv.AtomicUserMarks() {
+		t.Fatal("b's driver does not know the embedded server keeps CreateUser's tags")
+	}
+	if err := b.eng.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := b.waitOp(bind, rec.Op.ID); s != "succeeded" {
+		t.Fatalf("bind after takeover ended %q, want succeeded (the recorded attempt adopts the unmarked user)", s)
+	}
+	c := b.want(b.do("PUT", bind, bindBody(planStd, nil)), http.StatusOK, "the same bind again on b").creds()
+	ak, _ := c["access_key_id"].(string)
+	sk, _ := c["secret_access_key"].(string)
+	if err := canWrite(ak, sk, c["bucket"].(string)); err != nil {
+		t.Errorf("the credentials do not work: %v", err)
+	}
+	if diff := cmp.Diff(map[string][]string{user: {ak}}, b.users()); diff != "" {
+		t.Errorf("backend users (-want +got):\n%s", diff)
+	}
+	if owner, _ := userMark(t, b.iam, user); owner != driver.OwnerMark("binding", bid) {
+		t.Errorf("adopted user has owner %q, want the binding's", owner)
+	}
+	b.want(b.do("DELETE", del(bind, planStd, false), nil), http.StatusOK, "unbind")
+	if u := b.users(); len(u) != 0 {
+		t.Errorf("after the unbind users = %v, want none", u)
 	}
 }
