@@ -202,9 +202,10 @@ func (b *bindCall) reuseDeleted(ctx context.Context, rec *Record) {
 // name is free (or already carries this binding's mark). Only then may the
 // bind adopt an unmarked user under that name later. As bucketFree: when
 // the backend cannot tell now, or the request is asynchronous, the bind's
-// worker looks first.
+// worker looks first. Where the backend marks a new user in the same write
+// (ensure.UserLookNeeded), nobody looks and no attempt is recorded.
 func (e *Engine) userFree(ctx context.Context, rec *Record, how answering) bool {
-	if how == answerAsync {
+	if how == answerAsync || !ensure.UserLookNeeded(e.driver) {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.lookTimeout(how))

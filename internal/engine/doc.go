@@ -26,8 +26,10 @@
 //     (ownership conflicts, a non-empty bucket) fail the operation at once.
 //   - Ownership on the backend follows internal/ensure, shared with the
 //     ObjectBucketClaim door: the record's BucketAttempted and
-//     UserAttempted hold the look before the first create attempt, and the
-//     steps (steps.go) call ensure for every create, adopt and delete.
+//     UserAttempted hold the look before the first create attempt (none at
+//     a user name where the driver says user marks are atomic:
+//     ensure.UserLookNeeded), and the steps (steps.go) call ensure for
+//     every create, adopt and delete.
 //   - Resume, don't abandon: Start picks up every unfinished operation.
 //     At most Options.Workers operations run at once; the others wait in a
 //     queue (queue.go), work a request has just started first, and a worker

@@ -181,6 +181,13 @@ func (d *hookDriver) DeleteAccessKey(ctx context.Context, user, owner, keyID str
 	return d.Driver.(driver.Auditable).DeleteAccessKey(ctx, user, owner, keyID)
 }
 
+// AtomicUserMarks passes on the real driver's answer: the engine asks for
+// it (ensure.UserLookNeeded), and a wrapper without it would hide it.
+func (d *hookDriver) AtomicUserMarks() bool {
+	m, ok := d.Driver.(driver.AtomicUserMarker)
+	return ok && m.AtomicUserMarks()
+}
+
 func (d *hookDriver) RevokeCredential(ctx context.Context, user, owner string) error {
 	defer d.enter()()
 	if err := d.call(ctx, "RevokeCredential"); err != nil {
@@ -257,6 +264,9 @@ type harnessOpts struct {
 	// the driver's and the harness's own clients' alike (after
 	// backendLatency).
 	calls *testharness.Calls
+	// transport, when set, carries every request to the S3 and IAM
+	// endpoints instead (backendLatency and calls are then not used).
+	transport http.RoundTripper
 	// workers and callTimeout are the engine's options of those names.
 	workers     int
 	callTimeout time.Duration
@@ -358,8 +368,12 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 }
 
 // backendClient is the HTTP client to the S3 and IAM endpoints that o asks
-// for: nil (the SDK's own) unless it sets backendLatency or calls.
+// for: nil (the SDK's own) unless it sets transport, backendLatency or
+// calls.
 func backendClient(o harnessOpts) *http.Client {
+	if o.transport != nil {
+		return &http.Client{Transport: o.transport}
+	}
 	if o.calls != nil {
 		return o.calls.Client(o.backendLatency)
 	}

@@ -167,7 +167,9 @@ type Record struct {
 	// binding's mark). It lets a retry adopt an unmarked user it created
 	// itself: on a backend that marks users in a second call, a crash in
 	// between leaves one. An unbind marks such a user and deletes it, then
-	// clears the flag.
+	// clears the flag. Where the driver says the backend marks a new user
+	// in the same write (ensure.UserLookNeeded), the bind neither looks nor
+	// sets it: no user of ours is ever unmarked there.
 	UserAttempted bool   `json:"userAttempted,omitempty"`
 	Access        string `json:"access,omitempty"`
 	AccessKeyID   string `json:"accessKeyId,omitempty"`

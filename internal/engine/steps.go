@@ -299,19 +299,34 @@ func (e *Engine) revokeBindings(ctx context.Context, inst *Record) error {
 	}
 }
 
+// attemptUser looks at the binding's user name before the bind's first
+// attempt to create the user and records the attempt, unless the record
+// holds it already or no look is needed: where the backend marks a new
+// user in the same write, an unmarked user under the name is someone
+// else's, and EnsureCredential without the attempt refuses it
+// (internal/ensure). ended reports that the bind is over (the name is
+// taken, or the look or the write failed); err is then bind's answer.
+func (e *Engine) attemptUser(ctx context.Context, rec *Record) (ended bool, err error) {
+	if rec.UserAttempted || !ensure.UserLookNeeded(e.driver) {
+		return false, nil
+	}
+	v, err := e.look(ctx, rec, "observe user", ensure.Names{User: rec.UserName, Owner: rec.Owner})
+	if err != nil {
+		return true, e.fail(ctx, rec, err)
+	}
+	if !v.UserFree {
+		return true, e.finish(ctx, rec, fmt.Errorf("user %q exists and is not this binding's: %w", rec.UserName, driver.ErrOwnedByOther))
+	}
+	rec.UserAttempted = true
+	if err := e.save(ctx, rec); err != nil {
+		return true, err
+	}
+	return false, nil
+}
+
 func (e *Engine) bind(ctx context.Context, rec *Record) error {
-	if !rec.UserAttempted {
-		v, err := e.look(ctx, rec, "observe user", ensure.Names{User: rec.UserName, Owner: rec.Owner})
-		if err != nil {
-			return e.fail(ctx, rec, err)
-		}
-		if !v.UserFree {
-			return e.finish(ctx, rec, fmt.Errorf("user %q exists and is not this binding's: %w", rec.UserName, driver.ErrOwnedByOther))
-		}
-		rec.UserAttempted = true
-		if err := e.save(ctx, rec); err != nil {
-			return err
-		}
+	if ended, err := e.attemptUser(ctx, rec); ended {
+		return err
 	}
 	// The overlap rule (internal/ensure): a key is created beside any
 	// others, recorded, and only then are the others deleted. Of two
@@ -540,16 +555,19 @@ func (e *Engine) removeRefused(ctx context.Context, rec *Record, refused error) 
 }
 
 // revokeRefused is removeRefused for a bind: it revokes the user (and any
-// key) a refused EnsureCredential may have left, then ends the bind.
+// key) a refused EnsureCredential may have left, then ends the bind. Without
+// the attempt recorded (the backend marks a new user in the same write, so
+// the bind did not look) what the call made carries the binding's mark, and
+// only such a user is revoked; an unmarked one is someone else's and stays.
 func (e *Engine) revokeRefused(ctx context.Context, rec *Record, refused error) error {
-	if !rec.UserAttempted {
-		return e.finish(ctx, rec, refused)
-	}
 	err := e.step(ctx, rec, "revoke refused credential", func(ctx context.Context) error {
 		return ensure.RevokeUser(ctx, e.driver, rec.UserName, rec.Owner, rec.Bucket, rec.UserAttempted)
 	})
 	if e.interrupted(ctx, err) {
 		return err
+	}
+	if !rec.UserAttempted && errors.Is(err, driver.ErrOwnedByOther) {
+		err = nil // not this binding's: left in place, nothing of ours there
 	}
 	if err != nil {
 		e.log.Warn("Cannot revoke the user of a refused bind; an unbind revokes it", "id", rec.ID, "user", rec.UserName, "error", err)

@@ -38,6 +38,18 @@
 //     line, an Event) and counts its deletion done. A missing bucket or
 //     user is success.
 //
+// The look at a user name is needed only where a crash can leave a user of
+// the caller's unmarked: where the driver says the backend writes a new
+// user and its mark at once (driver.AtomicUserMarker, UserLookNeeded), no
+// user of the caller's is ever unmarked, so the caller neither looks nor
+// records the attempt. An unmarked user under the name is then someone
+// else's, and Credential without the attempt refuses it; with the mark it
+// is the caller's own, adopted; a missing one is created. The rest stands:
+// RevokeUser without the attempt never deletes an unmarked user, and a
+// record that holds the attempt (written where a look was needed) is
+// passed on as before. Buckets keep their look: a bucket is marked in a
+// call after the one that creates it.
+//
 // One rule is about keys rather than names, and only the engine needs it
 // (two replicas can hold one binding's operation at once, a process paused
 // past its lease; the reconciler's Secret has one writer): a key is created

@@ -57,6 +57,19 @@ func Look(ctx context.Context, d driver.Driver, n Names) (Verdict, error) {
 	return v, nil
 }
 
+// UserLookNeeded reports whether a caller must look at a user name, and
+// record the attempt, before its first attempt to create the user (see the
+// package documentation). Not where the driver says the backend keeps a
+// new user's owner mark in the same write (driver.AtomicUserMarker): there
+// no user of the caller's is ever unmarked, so an unmarked user under the
+// name is someone else's, which Credential without the attempt refuses
+// (driver.ErrOwnedByOther) as the look would, and a user with the mark is
+// the caller's with or without it. The caller then records no attempt.
+func UserLookNeeded(d driver.Driver) bool {
+	m, ok := d.(driver.AtomicUserMarker)
+	return !ok || !m.AtomicUserMarks()
+}
+
 // Bucket makes spec so (driver.Driver.EnsureBucket), adopting an unmarked
 // bucket under the name only when attempted says the caller's record holds
 // the attempt to create it, or spec.AdoptUnmarked other durable evidence

@@ -440,3 +440,43 @@ func checkErr(t *testing.T, tc ownership, err error) {
 		t.Fatalf("%s\nerror = %v, want %v", tc.reason, err, tc.wantErr)
 	}
 }
+
+// TestUserLookNeeded: the look at a user name is needed until the driver
+// knows the backend marks a new user in the same write (a driver that
+// cannot say is taken not to), and once it is not, Credential and
+// RevokeUser without the attempt keep the rule the look kept: a missing
+// user is created, the caller's own adopted, an unmarked or another
+// owner's refused and left as it was.
+func TestUserLookNeeded(t *testing.T) {
+	ctx := context.Background()
+	b := newBackend(t)
+	if !ensure.UserLookNeeded(struct{ driver.Driver }{b.d}) {
+		t.Error("UserLookNeeded of a driver without AtomicUserMarks = false, want true")
+	}
+	if !ensure.UserLookNeeded(b.d) {
+		t.Error("UserLookNeeded before the driver made any user = false, want true (not known yet)")
+	}
+	for _, what := range []before{missing, ours, unmarked, others} {
+		bucket, user, owner := names()
+		b.makeUser(ctx, t, user, owner, what)
+		prior := b.userSeen(ctx, t, user)
+		_, err := ensure.Credential(ctx, b.d, driver.CredentialSpec{UserName: user, Owner: owner, Bucket: bucket, Access: driver.AccessReadOnly}, false)
+		after := b.userSeen(ctx, t, user)
+		switch what {
+		case missing, ours:
+			if err != nil || after.Owner != owner {
+				t.Errorf("before %d: Credential = %v, user owner %q after, want success and the caller's mark", what, err, after.Owner)
+			}
+		default:
+			if !errors.Is(err, driver.ErrOwnedByOther) || after != prior {
+				t.Errorf("before %d: Credential = %v, user %+v after (%+v before), want ErrOwnedByOther and no change", what, err, after, prior)
+			}
+			if err := ensure.RevokeUser(ctx, b.d, user, owner, bucket, false); !errors.Is(err, driver.ErrOwnedByOther) || b.userSeen(ctx, t, user) != prior {
+				t.Errorf("before %d: RevokeUser = %v, want ErrOwnedByOther and the user left", what, err)
+			}
+		}
+		if what == missing && ensure.UserLookNeeded(b.d) {
+			t.Error("UserLookNeeded after the embedded server kept a new user's mark in CreateUser = true, want false")
+		}
+	}
+}

@@ -192,3 +192,18 @@ type Driver interface {
 	// driver's credentials.
 	Observe(ctx context.Context, req ObserveRequest) (Observation, error)
 }
+
+// AtomicUserMarker is implemented by a driver that can tell whether the
+// backend keeps a new user's owner mark in the same write that creates the
+// user. It is optional: a driver without it is taken to mark a user in a
+// second call, where a crash in between leaves a user of the caller's own
+// without a mark (see CredentialSpec.AdoptUnmarked and internal/ensure).
+type AtomicUserMarker interface {
+	// AtomicUserMarks reports whether no user this driver creates can be
+	// left without its owner mark, whatever crashes: so an unmarked user
+	// under a caller's name was never the caller's. True only once the
+	// driver knows it (it has seen the backend keep the mark, or is
+	// configured so); false before, and false from the moment it has seen
+	// the backend drop it. It makes no backend call.
+	AtomicUserMarks() bool
+}

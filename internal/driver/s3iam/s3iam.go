@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -82,9 +83,15 @@ type Driver struct {
 	// probeName is the bucket and user name the readiness check asks
 	// about, made up at random (check).
 	probeName string
+	// userMarks is what CreateUser's answers showed of the owner mark
+	// (markUnknown until the first, see AtomicUserMarks).
+	userMarks atomic.Int32
 }
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver           = (*Driver)(nil)
+	_ driver.AtomicUserMarker = (*Driver)(nil)
+)
 
 // New builds a Driver. It does not contact the backend: call Observe with
 // an empty request to check the endpoints and credentials.
