@@ -114,8 +114,17 @@ func (r *Report) Drift() bool {
 	return slices.ContainsFunc(r.Findings, func(f Finding) bool { return !f.Fixed })
 }
 
+// pageSize is how many records the audit reads from the store at once:
+// the records it holds at any time (see Run).
+var pageSize = 1000
+
 // Run compares the backend with the store and reports the differences. It
 // changes nothing.
+//
+// The inventory is held whole (the driver returns it so); the store's
+// records are read a page at a time and judged as they come, none kept
+// once its page is judged: what the audit holds beside the inventory is
+// a verdict per marked resource, a page of records, and the report.
 func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.Store == nil || (opts.Driver == nil && len(opts.Upstreams) == 0) {
 		return nil, errors.New("audit: a store and a driver or an upstream are required")
@@ -131,61 +140,151 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			return nil, fmt.Errorf("list the backend: %w", err)
 		}
 	}
-	recs, err := opts.Store.List(ctx, engine.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list the store: %w", err)
-	}
-	// List skips records it cannot read: judged without them, their
-	// buckets and users would be leaks, and --fix would delete them.
-	if u, ok := opts.Store.(engine.UnreadableReporter); ok {
-		if bad := u.Unreadable(); len(bad) > 0 {
-			return nil, fmt.Errorf("the store holds %d records it cannot read (the first: %s %s): without them their buckets and users would look leaked; "+
-				"repair them with `bucketbroker admin records repair --all`, then audit again", len(bad), bad[0].Kind, bad[0].ID)
-		}
-	}
-	rep := &Report{Prefix: opts.Prefix, Buckets: len(inv.Buckets), Users: len(inv.Users), Records: len(recs),
+	rep := &Report{Prefix: opts.Prefix, Buckets: len(inv.Buckets), Users: len(inv.Users),
 		Findings: []Finding{}, Skipped: []Skipped{}} // [] in JSON, not null
-	j := newJudge(opts.Prefix, recs, rep)
+	j := newJudge(opts.Prefix, inv, rep)
 	j.noDriver = opts.Driver == nil
-	j.buckets(inv.Buckets)
-	j.users(inv.Users)
-	j.missing(inv)
-	j.upstreams(ctx, opts.Upstreams)
+	j.ups = map[string]Upstream{}
+	for _, u := range opts.Upstreams {
+		j.ups[u.Name()] = u
+	}
+	err := eachPage(ctx, opts.Store, func(page []*engine.Record) error {
+		// List skips records it cannot read: judged without them, their
+		// buckets and users would be leaks, and --fix would delete them.
+		if err := refuseUnreadable(opts.Store); err != nil {
+			return err
+		}
+		rep.Records += len(page)
+		for _, r := range page {
+			j.record(ctx, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	j.buckets()
+	j.users()
+	rep.Skipped = slices.Concat(rep.Skipped, j.skipResource, j.skipMissing, j.skipUpstream)
 	slices.SortFunc(rep.Findings, func(a, b Finding) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Resource, b.Resource), cmp.Compare(a.User, b.User), cmp.Compare(a.Name, b.Name))
 	})
 	return rep, nil
 }
 
-// judge holds the store's records, indexed for the comparison.
+// eachPage calls fn with every record of the store, pageSize at a time,
+// in (kind, id) order.
+func eachPage(ctx context.Context, s Store, fn func([]*engine.Record) error) error {
+	opts := engine.ListOptions{Limit: pageSize}
+	for {
+		page, err := s.List(ctx, opts)
+		if err != nil {
+			return fmt.Errorf("list the store: %w", err)
+		}
+		if err := fn(page); err != nil {
+			return err
+		}
+		if len(page) < opts.Limit {
+			return nil
+		}
+		opts.After = engine.KeyOf(page[len(page)-1])
+	}
+}
+
+func refuseUnreadable(s Store) error {
+	u, ok := s.(engine.UnreadableReporter)
+	if !ok {
+		return nil
+	}
+	if bad := u.Unreadable(); len(bad) > 0 {
+		return fmt.Errorf("the store holds %d records it cannot read (the first: %s %s): without them their buckets and users would look leaked; "+
+			"repair them with `bucketbroker admin records repair --all`, then audit again", len(bad), bad[0].Kind, bad[0].ID)
+	}
+	return nil
+}
+
+// judge holds the inventory and, for each owner mark a judged resource
+// carries, what the records said of it; the records themselves are judged
+// a page at a time (record) and not kept.
 type judge struct {
 	prefix string
 	rep    *Report
-	// live and gone map an owner mark to its live record, and to its
-	// tombstone.
-	live, gone map[string]*engine.Record
-	recs       []*engine.Record
+	inv    driver.Inventory
+	// judgedBuckets and judgedUsers are the inventory's indexes of the
+	// resources judged; marks holds what the records say of their marks.
+	judgedBuckets, judgedUsers []int
+	marks                      map[string]*markState
+	ups                        map[string]Upstream
 	// noDriver: no storage backend to compare bucket records with.
 	noDriver bool
+	// Skipped in the order the report has always listed them: records in
+	// progress (in rep.Skipped), resources not judged, records not
+	// compared with the backend, then with their upstream.
+	skipResource, skipMissing, skipUpstream []Skipped
 }
 
-func newJudge(prefix string, recs []*engine.Record, rep *Report) *judge {
-	j := &judge{prefix: prefix, rep: rep, live: map[string]*engine.Record{}, gone: map[string]*engine.Record{}, recs: recs}
-	for _, r := range recs {
-		if r.Owner == "" {
-			continue
+// markState is what the records say of one owner mark: its live record
+// and its tombstone, either nil.
+type markState struct {
+	live *owner
+	gone *owner
+}
+
+// owner is what the audit keeps of a record that owns a judged resource.
+type owner struct {
+	record    string // "kind/id"
+	name      string // its bucket or user
+	opType    engine.OpType
+	finished  bool
+	accessKey string
+	version   int64
+}
+
+func newJudge(prefix string, inv driver.Inventory, rep *Report) *judge {
+	j := &judge{prefix: prefix, rep: rep, inv: inv, marks: map[string]*markState{}}
+	// Sorted by name (driver.Inventory), for missing's look-ups.
+	slices.SortFunc(j.inv.Buckets, func(a, b driver.OwnedBucket) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(j.inv.Users, func(a, b driver.OwnedUser) int { return strings.Compare(a.Name, b.Name) })
+	for i, b := range j.inv.Buckets {
+		if j.judged(ResourceBucket, b.Name, b.Owner, engine.KindInstance) {
+			j.judgedBuckets = append(j.judgedBuckets, i)
+			j.marks[b.Owner] = &markState{}
 		}
-		if r.Phase == engine.PhaseDeleted {
-			j.gone[r.Owner] = r
-			continue
-		}
-		j.live[r.Owner] = r
-		if !r.Op.Finished() {
-			rep.Skipped = append(rep.Skipped, Skipped{Record: recordName(r),
-				Reason: fmt.Sprintf("%s in progress (operation %s): neither the record nor its resources are judged; audit again when it has finished", r.Op.Type, r.Op.ID)})
+	}
+	for i, u := range j.inv.Users {
+		if j.judged(ResourceUser, u.Name, u.Owner, engine.KindBinding) {
+			j.judgedUsers = append(j.judgedUsers, i)
+			j.marks[u.Owner] = &markState{}
 		}
 	}
 	return j
+}
+
+// record judges one record of the store: notes it as the owner of its
+// mark, and checks the resources of a ready one.
+func (j *judge) record(ctx context.Context, r *engine.Record) {
+	if r.Owner != "" {
+		if st := j.marks[r.Owner]; st != nil {
+			o := &owner{record: recordName(r), name: r.Bucket, opType: r.Op.Type, finished: r.Op.Finished(), accessKey: r.AccessKeyID, version: r.Version}
+			if r.Kind == engine.KindBinding {
+				o.name = r.UserName
+			}
+			if r.Phase == engine.PhaseDeleted {
+				st.gone = o
+			} else {
+				st.live = o
+			}
+		}
+		if r.Phase != engine.PhaseDeleted && !r.Op.Finished() {
+			j.rep.Skipped = append(j.rep.Skipped, Skipped{Record: recordName(r),
+				Reason: fmt.Sprintf("%s in progress (operation %s): neither the record nor its resources are judged; audit again when it has finished", r.Op.Type, r.Op.ID)})
+		}
+	}
+	if r.Upstream != "" {
+		j.upstream(ctx, r)
+		return
+	}
+	j.missing(r)
 }
 
 func recordName(r *engine.Record) string { return string(r.Kind) + "/" + r.ID }
@@ -194,7 +293,7 @@ func recordName(r *engine.Record) string { return string(r.Kind) + "/" + r.ID }
 // to judge, and notes why not otherwise.
 func (j *judge) judged(resource, name, mark string, kind engine.Kind) bool {
 	skip := func(reason string) bool {
-		j.rep.Skipped = append(j.rep.Skipped, Skipped{Resource: resource, Name: name, Reason: reason})
+		j.skipResource = append(j.skipResource, Skipped{Resource: resource, Name: name, Reason: reason})
 		return false
 	}
 	k, ok := driver.ParseOwnerMark(mark)
@@ -211,108 +310,99 @@ func (j *judge) judged(resource, name, mark string, kind engine.Kind) bool {
 
 // verdict returns the live record that owns a resource, or nil and why
 // none does.
-func (j *judge) verdict(mark, name string, nameOf func(*engine.Record) string) (*engine.Record, string) {
-	if r := j.live[mark]; r != nil {
-		if nameOf(r) == name || !r.Op.Finished() {
+func (j *judge) verdict(mark, name string) (*owner, string) {
+	st := j.marks[mark]
+	if r := st.live; r != nil {
+		if r.name == name || !r.finished {
 			return r, ""
 		}
-		return nil, fmt.Sprintf("carries the mark of %s, whose resource is named %q", recordName(r), nameOf(r))
+		return nil, fmt.Sprintf("carries the mark of %s, whose resource is named %q", r.record, r.name)
 	}
-	if r := j.gone[mark]; r != nil {
-		return nil, fmt.Sprintf("%s was deleted (%s) but this remains", recordName(r), r.Op.Type)
+	if r := st.gone; r != nil {
+		return nil, fmt.Sprintf("%s was deleted (%s) but this remains", r.record, r.opType)
 	}
 	return nil, "no record carries its owner mark"
 }
 
-func (j *judge) buckets(bs []driver.OwnedBucket) {
-	for _, b := range bs {
-		if !j.judged(ResourceBucket, b.Name, b.Owner, engine.KindInstance) {
-			continue
+func (j *judge) buckets() {
+	for _, i := range j.judgedBuckets {
+		b := j.inv.Buckets[i]
+		if rec, why := j.verdict(b.Owner, b.Name); rec == nil {
+			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindLeak, Resource: ResourceBucket, Name: b.Name, Owner: b.Owner, Detail: why})
 		}
-		rec, why := j.verdict(b.Owner, b.Name, func(r *engine.Record) string { return r.Bucket })
-		if rec != nil {
-			continue
-		}
-		j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindLeak, Resource: ResourceBucket, Name: b.Name, Owner: b.Owner, Detail: why})
 	}
 }
 
-func (j *judge) users(us []driver.OwnedUser) {
-	for _, u := range us {
-		if !j.judged(ResourceUser, u.Name, u.Owner, engine.KindBinding) {
-			continue
-		}
-		rec, why := j.verdict(u.Owner, u.Name, func(r *engine.Record) string { return r.UserName })
+func (j *judge) users() {
+	for _, i := range j.judgedUsers {
+		u := j.inv.Users[i]
+		rec, why := j.verdict(u.Owner, u.Name)
 		if rec == nil {
 			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindLeak, Resource: ResourceUser, Name: u.Name, Owner: u.Owner, Detail: why})
 			continue
 		}
-		if !rec.Op.Finished() {
+		if !rec.finished {
 			continue
 		}
 		for _, k := range u.KeyIDs {
-			if k == rec.AccessKeyID {
+			if k == rec.accessKey {
 				continue
 			}
-			detail := fmt.Sprintf("the record holds key %s", rec.AccessKeyID)
-			if rec.AccessKeyID == "" {
+			detail := fmt.Sprintf("the record holds key %s", rec.accessKey)
+			if rec.accessKey == "" {
 				detail = "the record holds no key"
 			}
 			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindUnknownKey, Resource: ResourceKey, Name: k, User: u.Name,
-				Owner: u.Owner, Record: recordName(rec), Detail: detail, version: rec.Version})
+				Owner: u.Owner, Record: rec.record, Detail: detail, version: rec.version})
 		}
 	}
 }
 
-// missing reports ready records whose resources the inventory lacks.
-func (j *judge) missing(inv driver.Inventory) {
-	buckets := map[string]string{}
-	for _, b := range inv.Buckets {
-		buckets[b.Name] = b.Owner
+// missing reports a ready record whose resources the inventory lacks.
+func (j *judge) missing(r *engine.Record) {
+	if r.Phase != engine.PhaseReady || !r.Op.Finished() {
+		return
 	}
-	users := map[string]driver.OwnedUser{}
-	for _, u := range inv.Users {
-		users[u.Name] = u
+	if j.noDriver {
+		j.skipMissing = append(j.skipMissing, Skipped{Record: recordName(r), Reason: "no storage backend was audited (--bucket-service=false)"})
+		return
 	}
-	for _, r := range j.recs {
-		if r.Phase != engine.PhaseReady || !r.Op.Finished() {
-			continue
+	name := r.Bucket
+	if r.Kind == engine.KindBinding {
+		name = r.UserName
+	}
+	if !strings.HasPrefix(name, j.prefix+"-") {
+		j.skipMissing = append(j.skipMissing, Skipped{Record: recordName(r),
+			Reason: fmt.Sprintf("its resource %q is named under another prefix: audit with that --name-prefix", name)})
+		return
+	}
+	switch r.Kind {
+	case engine.KindInstance:
+		var owner string
+		i, ok := slices.BinarySearchFunc(j.inv.Buckets, name, func(b driver.OwnedBucket, n string) int { return strings.Compare(b.Name, n) })
+		if ok {
+			owner = j.inv.Buckets[i].Owner
 		}
-		if r.Upstream != "" {
-			continue // j.upstreams
+		if !ok || owner != r.Owner {
+			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindMissing, Resource: ResourceBucket, Name: name, Owner: r.Owner,
+				Record: recordName(r), Detail: "ready instance without its bucket" + otherMark(owner, ok),
+				Action: "not fixed: an empty bucket would hide that the data is gone; deprovision and provision the instance again from the platform"})
 		}
-		if j.noDriver {
-			j.skip(r, "no storage backend was audited (--bucket-service=false)")
-			continue
+	case engine.KindBinding:
+		var u driver.OwnedUser
+		i, ok := slices.BinarySearchFunc(j.inv.Users, name, func(u driver.OwnedUser, n string) int { return strings.Compare(u.Name, n) })
+		if ok {
+			u = j.inv.Users[i]
 		}
-		name := r.Bucket
-		if r.Kind == engine.KindBinding {
-			name = r.UserName
-		}
-		if !strings.HasPrefix(name, j.prefix+"-") {
-			j.rep.Skipped = append(j.rep.Skipped, Skipped{Record: recordName(r),
-				Reason: fmt.Sprintf("its resource %q is named under another prefix: audit with that --name-prefix", name)})
-			continue
-		}
-		switch r.Kind {
-		case engine.KindInstance:
-			if owner, ok := buckets[name]; !ok || owner != r.Owner {
-				j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindMissing, Resource: ResourceBucket, Name: name, Owner: r.Owner,
-					Record: recordName(r), Detail: "ready instance without its bucket" + otherMark(owner, ok),
-					Action: "not fixed: an empty bucket would hide that the data is gone; deprovision and provision the instance again from the platform"})
-			}
-		case engine.KindBinding:
-			u, ok := users[name]
-			switch {
-			case !ok || u.Owner != r.Owner:
-				j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindMissing, Resource: ResourceUser, Name: name, Owner: r.Owner,
-					Record: recordName(r), Detail: "ready binding without its user" + otherMark(u.Owner, ok),
-					Action: "not fixed: the application holds a key that cannot be restored; unbind and bind again from the platform"})
-			case !slices.Contains(u.KeyIDs, r.AccessKeyID):
-				j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindMissing, Resource: ResourceKey, Name: r.AccessKeyID, User: name, Owner: r.Owner,
-					Record: recordName(r), Detail: "ready binding whose user lacks the key it handed out",
-					Action: "not fixed: the application holds a key that cannot be restored; unbind and bind again from the platform"})
-			}
+		switch {
+		case !ok || u.Owner != r.Owner:
+			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindMissing, Resource: ResourceUser, Name: name, Owner: r.Owner,
+				Record: recordName(r), Detail: "ready binding without its user" + otherMark(u.Owner, ok),
+				Action: "not fixed: the application holds a key that cannot be restored; unbind and bind again from the platform"})
+		case !slices.Contains(u.KeyIDs, r.AccessKeyID):
+			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindMissing, Resource: ResourceKey, Name: r.AccessKeyID, User: name, Owner: r.Owner,
+				Record: recordName(r), Detail: "ready binding whose user lacks the key it handed out",
+				Action: "not fixed: the application holds a key that cannot be restored; unbind and bind again from the platform"})
 		}
 	}
 }

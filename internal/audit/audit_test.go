@@ -112,6 +112,14 @@ func TestDriftEmbedded(t *testing.T) { testDrift(t, embedded) }
 
 func TestDriftExternal(t *testing.T) { testDrift(t, external(t)) }
 
+// TestDriftInPages: the same findings when the store is read two records
+// at a time, each record's resources and each resource's record on pages
+// of their own.
+func TestDriftInPages(t *testing.T) {
+	audit.SetPageSize(t, 2)
+	testDrift(t, embedded)
+}
+
 // world is one broker's worth of state on a real server: a store filled by
 // the real engine, and root clients to change the backend behind its back.
 type world struct {

@@ -56,11 +56,25 @@
 // to an application that holds the old one. The platform must deprovision
 // and provision (unbind and bind) again.
 //
+// # Memory
+//
+// The store is read a page at a time (engine.ListOptions.Limit, 1,000
+// records) and each page judged as it comes: a record's resources are
+// looked up in the inventory by name, and what a record says of its owner
+// mark is kept only for the marks a judged resource carries (its name,
+// key, version and state, not the record). The inventory is held whole,
+// as driver.Auditable returns it. Fix reads the store in pages too and
+// keeps the live records of its findings' marks only.
+//
 // # Races with a running broker
 //
 // The inventory is read before the store. A record is written before any
 // backend change (intent first), so every resource the inventory saw has
 // its record in the store read that follows, unless the record was
-// deleted in between. Fix reads the store again right before it acts and
-// leaves any finding whose record has since changed.
+// deleted in between. The pages are read one after the other, not in one
+// snapshot, but every page is read after the inventory, and a listing in
+// pages sees every record that existed throughout exactly once (records
+// are never removed: a deleted one is a tombstone), so the argument holds
+// page by page. Fix reads the store again right before it acts and leaves
+// any finding whose record has since changed.
 package audit

@@ -17,15 +17,24 @@ import (
 // failure to remove one resource is noted on its finding and does not stop
 // the others; the error returned is only for a store that cannot be read.
 func Fix(ctx context.Context, opts Options, rep *Report) error {
-	recs, err := opts.Store.List(ctx, engine.ListOptions{})
-	if err != nil {
-		return fmt.Errorf("list the store again before fixing: %w", err)
-	}
+	// The live records of the findings' marks only, read a page at a
+	// time as Run reads them.
 	live := map[string]*engine.Record{}
-	for _, r := range recs {
-		if r.Owner != "" && r.Phase != engine.PhaseDeleted {
-			live[r.Owner] = r
+	for _, f := range rep.Findings {
+		if f.Fixable() && !f.Fixed {
+			live[f.Owner] = nil
 		}
+	}
+	err := eachPage(ctx, opts.Store, func(page []*engine.Record) error {
+		for _, r := range page {
+			if _, ok := live[r.Owner]; ok && r.Owner != "" && r.Phase != engine.PhaseDeleted {
+				live[r.Owner] = r
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read the store again before fixing: %w", err)
 	}
 	rep.Fixed = true
 	// Users before buckets: a leaked credential is the more dangerous leak.

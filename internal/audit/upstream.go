@@ -46,61 +46,55 @@ const (
 // reports them (see the package documentation).
 const upstreamNotFixed = "not fixed (report only): "
 
-// upstreams compares each ready upstream record with its upstream's GET.
-func (j *judge) upstreams(ctx context.Context, ups []Upstream) {
-	byName := map[string]Upstream{}
-	for _, u := range ups {
-		byName[u.Name()] = u
+// upstream compares a ready upstream record with its upstream's GET.
+func (j *judge) upstream(ctx context.Context, r *engine.Record) {
+	if r.Phase == engine.PhaseDeleted {
+		return
 	}
-	for _, r := range j.recs {
-		if r.Upstream == "" || r.Phase == engine.PhaseDeleted {
-			continue
-		}
-		if !r.Op.Finished() {
-			j.skip(r, fmt.Sprintf("%s in progress (operation %s): not compared with upstream %q; audit again when it has finished", r.Op.Type, r.Op.ID, r.Upstream))
-			continue
-		}
-		if r.Phase != engine.PhaseReady {
-			continue
-		}
-		u := byName[r.Upstream]
-		if u == nil {
-			j.skip(r, fmt.Sprintf("it is upstream %q's, which this audit was not given: audit with --upstream or --upstream-config naming it", r.Upstream))
-			continue
-		}
-		obs, err := u.Observe(ctx, r)
-		if err != nil {
-			j.skip(r, fmt.Sprintf("upstream %q's GET failed, so it is not compared: %v", r.Upstream, err))
-			continue
-		}
-		resource, flag := ResourceUpstreamInstance, "instances_retrievable"
+	if !r.Op.Finished() {
+		j.skip(r, fmt.Sprintf("%s in progress (operation %s): not compared with upstream %q; audit again when it has finished", r.Op.Type, r.Op.ID, r.Upstream))
+		return
+	}
+	if r.Phase != engine.PhaseReady {
+		return
+	}
+	u := j.ups[r.Upstream]
+	if u == nil {
+		j.skip(r, fmt.Sprintf("it is upstream %q's, which this audit was not given: audit with --upstream or --upstream-config naming it", r.Upstream))
+		return
+	}
+	obs, err := u.Observe(ctx, r)
+	if err != nil {
+		j.skip(r, fmt.Sprintf("upstream %q's GET failed, so it is not compared: %v", r.Upstream, err))
+		return
+	}
+	resource, flag := ResourceUpstreamInstance, "instances_retrievable"
+	if r.Kind == engine.KindBinding {
+		resource, flag = ResourceUpstreamBinding, "bindings_retrievable"
+	}
+	name := fmt.Sprintf("%s:%s", r.Upstream, r.ID)
+	switch {
+	case !obs.Retrievable:
+		j.skip(r, fmt.Sprintf("upstream %q's catalog does not say %s for its service: the record cannot be checked", r.Upstream, flag))
+	case !obs.Found:
+		action := "deprovision and provision the instance again from the platform"
 		if r.Kind == engine.KindBinding {
-			resource, flag = ResourceUpstreamBinding, "bindings_retrievable"
+			action = "unbind and bind again from the platform"
 		}
-		name := fmt.Sprintf("%s:%s", r.Upstream, r.ID)
-		switch {
-		case !obs.Retrievable:
-			j.skip(r, fmt.Sprintf("upstream %q's catalog does not say %s for its service: the record cannot be checked", r.Upstream, flag))
-		case !obs.Found:
-			action := "deprovision and provision the instance again from the platform"
-			if r.Kind == engine.KindBinding {
-				action = "unbind and bind again from the platform"
-			}
-			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindMissing, Resource: resource, Name: name, Record: recordName(r),
-				Detail: fmt.Sprintf("ready %s that upstream %q does not know (its GET answered not found)", r.Kind, r.Upstream),
-				Action: upstreamNotFixed + action})
-		case r.Kind == engine.KindInstance && obs.ServiceID != "" && obs.ServiceID != r.Request.ServiceID:
-			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindDiffers, Resource: resource, Name: name, Record: recordName(r),
-				Detail: fmt.Sprintf("upstream %q has it under service %q, the record under %q", r.Upstream, obs.ServiceID, r.Request.ServiceID),
-				Action: upstreamNotFixed + "the upstream changed what it was given; see docs/upstream.md"})
-		case r.Kind == engine.KindInstance && obs.PlanID != "" && obs.PlanID != r.Request.PlanID:
-			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindDiffers, Resource: resource, Name: name, Record: recordName(r),
-				Detail: fmt.Sprintf("upstream %q has it at plan %q, the record at %q", r.Upstream, obs.PlanID, r.Request.PlanID),
-				Action: upstreamNotFixed + "update the instance's plan from the platform to the one it should have"})
-		}
+		j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindMissing, Resource: resource, Name: name, Record: recordName(r),
+			Detail: fmt.Sprintf("ready %s that upstream %q does not know (its GET answered not found)", r.Kind, r.Upstream),
+			Action: upstreamNotFixed + action})
+	case r.Kind == engine.KindInstance && obs.ServiceID != "" && obs.ServiceID != r.Request.ServiceID:
+		j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindDiffers, Resource: resource, Name: name, Record: recordName(r),
+			Detail: fmt.Sprintf("upstream %q has it under service %q, the record under %q", r.Upstream, obs.ServiceID, r.Request.ServiceID),
+			Action: upstreamNotFixed + "the upstream changed what it was given; see docs/upstream.md"})
+	case r.Kind == engine.KindInstance && obs.PlanID != "" && obs.PlanID != r.Request.PlanID:
+		j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindDiffers, Resource: resource, Name: name, Record: recordName(r),
+			Detail: fmt.Sprintf("upstream %q has it at plan %q, the record at %q", r.Upstream, obs.PlanID, r.Request.PlanID),
+			Action: upstreamNotFixed + "update the instance's plan from the platform to the one it should have"})
 	}
 }
 
 func (j *judge) skip(r *engine.Record, reason string) {
-	j.rep.Skipped = append(j.rep.Skipped, Skipped{Record: recordName(r), Reason: reason})
+	j.skipUpstream = append(j.skipUpstream, Skipped{Record: recordName(r), Reason: reason})
 }

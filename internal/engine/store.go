@@ -24,7 +24,25 @@ type ListOptions struct {
 	InstanceID string
 	// Unfinished selects records whose operation is in progress.
 	Unfinished bool
+	// After and Limit page a listing: with After set, only records
+	// after it in (kind, id) order are listed; with Limit above zero, at
+	// most Limit records are, and fewer means the listing has reached its
+	// end (records that cannot be read are skipped and do not count). The
+	// next page starts after the last record of this one. Zero Limit lists
+	// every match at once.
+	After RecordKey
+	Limit int
 }
+
+// RecordKey names a record: its kind and id. The zero value is before
+// every record.
+type RecordKey struct {
+	Kind Kind
+	ID   string
+}
+
+// KeyOf returns the key of r, the After of the page that follows r.
+func KeyOf(r *Record) RecordKey { return RecordKey{Kind: r.Kind, ID: r.ID} }
 
 // Store keeps records durably. A call returns only after its write is
 // committed (synchronous commit): an answer sent after it survives a crash.
@@ -38,6 +56,10 @@ type Store interface {
 	// r.Version, then increments r.Version. Otherwise it returns ErrStale and
 	// changes nothing.
 	Update(ctx context.Context, r *Record) error
-	// List returns the records matching opts, ordered by kind and id.
+	// List returns the records matching opts, ordered by kind and id
+	// (byte order), a page of them when opts.Limit is above zero. Each
+	// page is read on its own: a listing paged through records written
+	// meanwhile sees each record at most once, and every record that
+	// existed throughout.
 	List(ctx context.Context, opts ListOptions) ([]*Record, error)
 }

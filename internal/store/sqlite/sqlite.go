@@ -331,6 +331,9 @@ func (s *Store) Update(ctx context.Context, r *engine.Record) error {
 
 // List implements engine.Store.
 func (s *Store) List(ctx context.Context, opts engine.ListOptions) ([]*engine.Record, error) {
+	if opts.Limit != 0 || opts.After != (engine.RecordKey{}) {
+		return s.listPage(ctx, opts)
+	}
 	var where []string
 	var args []any
 	if opts.Kind != "" {

@@ -16,7 +16,11 @@
 // read exactly one succeeds and the others get ErrStale. A failed call
 // changes neither the stored record nor the caller's copy. List orders by
 // kind, then id, in byte order, and selects on the state the latest write
-// left. Every call honors its context. A record that could not be read
+// left; paged (ListOptions.After and Limit), it lists every record that
+// existed throughout exactly once and in order, whatever is inserted or
+// updated between pages, and a page shorter than its Limit ends the
+// listing (an unreadable record does not count against it). Every call
+// honors its context. A record that could not be read
 // back (nested past encoding/json's limit, or too large) is never written;
 // one planted in the database behind the store (RunUnreadable) is skipped
 // by List and reported, fails Get for its id alone, and is made readable by

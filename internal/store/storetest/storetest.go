@@ -66,6 +66,10 @@ func Run(t *testing.T, newStore func(t *testing.T) engine.Store) {
 			reason: "List must select by kind, instance and unfinished operation, and order by kind then id (byte order).",
 			test:   testList,
 		},
+		"ListPaged": {
+			reason: "List with Limit and After must page through the records in (kind, id) order, each record once, whatever is inserted or updated between pages; Limit 0 lists everything; a negative Limit is an error.",
+			test:   testListPaged,
+		},
 		"ListFollowsUpdates": {
 			reason: "List must select on the state written by the latest Update, not by Insert.",
 			test:   testListFollowsUpdates,
