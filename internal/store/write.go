@@ -64,3 +64,29 @@ func Migrate(current int, migrations []string, apply func(version int, statement
 	}
 	return nil
 }
+
+// Paged carries out a paged listing (opts.After, opts.Limit) through page,
+// which appends to out the records of the rows after after that decode (at
+// most want rows; all for 0) and returns how many rows it read and the
+// last one's key, or none when no row can follow after. Rows that cannot
+// be decoded do not count toward the limit: it reads on past them until
+// Limit records have decoded or the rows run out, so that a short page
+// means the end.
+func Paged(opts engine.ListOptions, page func(after engine.RecordKey, want int, out *[]*engine.Record) (rows int, last engine.RecordKey, none bool, err error)) ([]*engine.Record, error) {
+	if opts.Limit < 0 {
+		return nil, fmt.Errorf("list records: limit %d is negative", opts.Limit)
+	}
+	var out []*engine.Record
+	after := opts.After
+	for {
+		want := opts.Limit - len(out)
+		n, last, none, err := page(after, want, &out)
+		if err != nil {
+			return nil, fmt.Errorf("list records: %w", err)
+		}
+		if none || opts.Limit == 0 || n < want || len(out) >= opts.Limit {
+			return out, nil
+		}
+		after = last
+	}
+}

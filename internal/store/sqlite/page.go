@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
 	"github.com/bucketbroker/bucketbroker/internal/engine"
@@ -14,28 +13,17 @@ import (
 // key's index until Limit records have decoded (rows that cannot be
 // decoded are noted and skipped, as List does) or the rows run out.
 func (s *Store) listPage(ctx context.Context, opts engine.ListOptions) ([]*engine.Record, error) {
-	if opts.Limit < 0 {
-		return nil, fmt.Errorf("list records: limit %d is negative", opts.Limit)
-	}
-	var out []*engine.Record
-	after := opts.After
-	for {
-		want := opts.Limit - len(out)
+	return store.Paged(opts, func(after engine.RecordKey, want int, out *[]*engine.Record) (int, engine.RecordKey, bool, error) {
 		query, args, none := pageQuery(opts, after, want)
 		if none {
-			return out, nil
+			return 0, engine.RecordKey{}, true, nil
 		}
-		n, last, err := s.queryPage(ctx, query, args, &out)
+		n, last, err := s.queryPage(ctx, query, args, out)
 		if err != nil {
-			return nil, fmt.Errorf("list records: %w", err)
+			return 0, last, false, err
 		}
-		// Done: every match read, or Limit records decoded. Otherwise
-		// some of the rows read could not be decoded: read on past them.
-		if opts.Limit == 0 || n < want || len(out) >= opts.Limit {
-			return out, nil
-		}
-		after = last
-	}
+		return n, last, false, nil
+	})
 }
 
 // pageQuery returns the query of the rows of opts after after, at most
