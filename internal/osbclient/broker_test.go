@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -25,18 +24,7 @@ const planAsync = "6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b13" // standard-async
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "bucketbroker-osbclient-")
-	if err != nil {
-		panic(err)
-	}
-	binary, err = harness.Build(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	harness.RunMain(m, nil, harness.Binary{Path: &binary, Build: harness.Build})
 }
 
 func newClient(t *testing.T, url, pass string) *osbclient.Client {

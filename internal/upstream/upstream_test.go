@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -32,17 +31,7 @@ import (
 var illBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "upstream-test-")
-	if err != nil {
-		panic(err)
-	}
-	if illBin, err = harness.BuildIllBroker(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	harness.RunMain(m, nil, harness.Binary{Path: &illBin, Build: harness.BuildIllBroker})
 }
 
 // env is an engine whose only service is the ill broker's, run as its own

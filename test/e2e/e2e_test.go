@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -19,18 +17,7 @@ const (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "bucketbroker-e2e-")
-	if err != nil {
-		panic(err)
-	}
-	binary, err = harness.Build(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	harness.RunMain(m, nil, harness.Binary{Path: &binary, Build: harness.Build})
 }
 
 func newBroker(t *testing.T) *harness.Broker { return harness.New(t, binary) }

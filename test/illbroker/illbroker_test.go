@@ -25,18 +25,7 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "bucketbroker-illbroker-")
-	if err != nil {
-		panic(err)
-	}
-	binary, err = harness.BuildIllBroker(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	harness.RunMain(m, nil, harness.Binary{Path: &binary, Build: harness.BuildIllBroker})
 }
 
 const identity = "kubernetes eyJ1c2VybmFtZSI6InQifQ=="

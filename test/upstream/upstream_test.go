@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -17,20 +16,7 @@ import (
 var binary, illBinary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "bucketbroker-upstream-")
-	if err != nil {
-		panic(err)
-	}
-	if binary, err = harness.Build(dir); err == nil {
-		illBinary, err = harness.BuildIllBroker(dir)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	harness.RunMain(m, nil, harness.Binary{Path: &binary, Build: harness.Build}, harness.Binary{Path: &illBinary, Build: harness.BuildIllBroker})
 }
 
 // front starts a bucketbroker that serves only the ill broker's services.
