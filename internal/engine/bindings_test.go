@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/bucketbroker/bucketbroker/internal/engine"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
@@ -229,6 +230,38 @@ func TestLostKeyIsDeleted(t *testing.T) {
 	keys := h.users()[user]
 	if len(keys) != 1 || keys[0] != r.creds()["access_key_id"] || keys[0] == lost[0] {
 		t.Errorf("live keys = %v, answered %v, lost %v: want only the answered key", keys, r.creds()["access_key_id"], lost[0])
+	}
+}
+
+// TestNewUserBindIsOneKeyCall: a bind whose key call created the user
+// (driver.Credential.NewUser) records the key in the write that ends the
+// operation and makes no second call to delete the user's other keys (it
+// has none made before its own): one key call, and the binding's record
+// written twice (the intent, then the key with the end). The answered key
+// is the user's only one and works.
+func TestNewUserBindIsOneKeyCall(t *testing.T) {
+	h := newHarness(t)
+	inst := h.provisioned(planStd)
+	bid := newID()
+	before := h.drv.count("EnsureCredential")
+	r := h.want(h.do("PUT", inst+"/service_bindings/"+bid, bindBody(planStd, nil)), http.StatusCreated, "bind")
+	if n := h.drv.count("EnsureCredential") - before; n != 1 {
+		t.Errorf("%d key calls for a bind that created its user, want 1", n)
+	}
+	rec, err := h.store.Get(context.Background(), engine.KindBinding, bid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Version != 2 {
+		t.Errorf("binding record written %d times, want 2 (the intent; the key with the operation's end)", rec.Version)
+	}
+	cr := r.creds()
+	ak, _ := cr["access_key_id"].(string)
+	if keys := h.users()[driver.UserName(h.prefix, "binding", bid)]; len(keys) != 1 || keys[0] != ak {
+		t.Errorf("live keys = %v, answered %s: want only the answered key", keys, ak)
+	}
+	if err := canWrite(ak, cr["secret_access_key"].(string), cr["bucket"].(string)); err != nil {
+		t.Errorf("the answered credentials do not work: %v", err)
 	}
 }
 

@@ -148,6 +148,16 @@ type Credential struct {
 	// SecretAccessKey is set only for a key created by this call. When the
 	// kept key is still live it is empty: the caller already holds it.
 	SecretAccessKey string
+	// NewUser reports that this call created the user (the backend
+	// refused nobody's create before it: the name was free) and then this
+	// key on it, with the user's policy. No key on the user is older than
+	// the user, so any other key it has was made after this call's create,
+	// by another caller (or by a request of this call's the backend
+	// carried out twice). False when the user existed, and from a driver
+	// that cannot tell: the caller then deletes the other keys as for any
+	// user (KeepKeyID). See internal/engine's bind for the use the engine
+	// makes of it.
+	NewUser bool
 }
 
 // Observation is what a driver sees of one bucket and one user.

@@ -144,7 +144,9 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 		if untagged {
 			mark = spec.Owner
 		}
-		return d.newUserCredential(ctx, spec.UserName, policy, mark)
+		cred, err := d.newUserCredential(ctx, spec.UserName, policy, mark)
+		cred.NewUser = err == nil
+		return cred, err
 	}
 
 	// The policy before any key: a key is never live with a stale scope.

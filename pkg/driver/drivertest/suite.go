@@ -212,8 +212,9 @@ func (s *suite) wantSoleKey(ctx context.Context, t *testing.T, what string, n na
 	return c
 }
 
-// wantNewKey calls EnsureCredential(spec) and fails t (named by what)
-// unless it answers a key other than old's, with its secret.
+// wantNewKey calls EnsureCredential(spec) for a user that exists and fails
+// t (named by what) unless it answers a key other than old's, with its
+// secret, and does not claim to have created the user (NewUser).
 func (s *suite) wantNewKey(ctx context.Context, t *testing.T, what string, spec driver.CredentialSpec, old driver.Credential) driver.Credential {
 	t.Helper()
 	got, err := s.cfg.Driver.EnsureCredential(ctx, spec)
@@ -223,6 +224,10 @@ func (s *suite) wantNewKey(ctx context.Context, t *testing.T, what string, spec 
 	if got.AccessKeyID == "" || got.SecretAccessKey == "" || got.AccessKeyID == old.AccessKeyID {
 		t.Fatalf("%s = key %q (secret set %v), want a new key with its secret",
 			what, got.AccessKeyID, got.SecretAccessKey != "")
+	}
+	if got.NewUser {
+		// The engine would then leave the user's other keys live.
+		t.Errorf("%s says NewUser for a user that existed", what)
 	}
 	return got
 }
