@@ -47,8 +47,28 @@
 // is the caller's own, adopted; a missing one is created. The rest stands:
 // RevokeUser without the attempt never deletes an unmarked user, and a
 // record that holds the attempt (written where a look was needed) is
-// passed on as before. Buckets keep their look: a bucket is marked in a
-// call after the one that creates it.
+// passed on as before.
+//
+// Buckets keep their look, even where the create carries the mark (the
+// s3iam driver sends it in CreateBucket and, once it has read it back from
+// the server's first new bucket, writes no separate tagging): a server may
+// write a new bucket before its mark, and a crash of the server in between
+// leaves an unmarked bucket of the caller's own. versitygw's posix backend
+// does (it makes the directory, then writes the ACL, the ownership and the
+// tags in turn; the embedded server removes a directory left without an
+// ACL at its start, and the versitygw process leaves it, as it always
+// has). Neither door creates a bucket without its attempt recorded first
+// (the engine writes BucketAttempted before the provision's create; the
+// reconciler puts the flag in the ObjectBucket's Create), so the retry of
+// a create the server cut short adopts what it left, as it adopts a bucket
+// left unmarked between two calls. What the mark in the create removes is
+// the window of the caller's own crash between the create and the
+// tagging. A server that drops the element, or refuses it, is known from
+// its first new bucket, and the mark is then written in its own call for
+// the process's life; a server changed under a running process to one
+// that drops it would leave new buckets unmarked, with their attempt
+// recorded: deleted as an unmarked bucket of the caller's own is
+// (DeleteBucket), unlisted by the leak audit meanwhile.
 //
 // One rule is about keys rather than names, and only the engine needs it
 // (two replicas can hold one binding's operation at once, a process paused

@@ -2,6 +2,7 @@ package s3iam
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -48,21 +49,37 @@ func (d *Driver) observeBucket(ctx context.Context, name string) (bucketState, e
 		return bucketState{}, mapBucketErr(err, "head bucket %q", name)
 	}
 
+	tags, err := d.observeTags(ctx, name)
+	switch {
+	case errors.Is(err, errNoBucket):
+		return bucketState{}, nil // deleted since HeadBucket
+	case err != nil:
+		return bucketState{}, err
+	}
+	return bucketState{exists: true, tags: tags}, nil
+}
+
+// errNoBucket is observeTags's answer for a bucket that does not exist.
+var errNoBucket = errors.New("no such bucket")
+
+// observeTags reads a bucket's tags: empty when it has none, errNoBucket
+// when it does not exist.
+func (d *Driver) observeTags(ctx context.Context, name string) (map[string]string, error) {
 	out, err := d.s3.GetBucketTagging(ctx, &s3.GetBucketTaggingInput{Bucket: &name})
 	switch {
 	case err == nil:
 	case hasCode(err, codesNoTags...):
-		return bucketState{exists: true, tags: map[string]string{}}, nil
+		return map[string]string{}, nil
 	case hasCode(err, codesNoBucket...):
-		return bucketState{}, nil // deleted since HeadBucket
+		return nil, fmt.Errorf("get tags of bucket %q: %w", name, errNoBucket)
 	default:
-		return bucketState{}, mapBucketErr(err, "get tags of bucket %q", name)
+		return nil, mapBucketErr(err, "get tags of bucket %q", name)
 	}
 	tags := make(map[string]string, len(out.TagSet))
 	for _, t := range out.TagSet {
 		tags[aws.ToString(t.Key)] = aws.ToString(t.Value)
 	}
-	return bucketState{exists: true, tags: tags}, nil
+	return tags, nil
 }
 
 // ownedByOther explains why the bucket is not ours to touch.
@@ -106,13 +123,14 @@ func (d *Driver) ensureMarkedBucket(ctx context.Context, spec driver.BucketSpec)
 	}
 
 	if d.createFirst {
-		// The common case, a new bucket, in two calls as it would be by hand.
-		created, err := d.createBucket(ctx, spec.Name)
+		// The common case, a new bucket, in one call (with the mark in it)
+		// or two, as it would be by hand.
+		created, sent, err := d.createBucket(ctx, spec.Name, want)
 		if err != nil {
 			return false, err
 		}
 		if created {
-			return true, d.markCreated(ctx, spec, want)
+			return true, d.markCreated(ctx, spec, want, sent)
 		}
 	}
 	b, err := d.observeBucket(ctx, spec.Name)
@@ -120,12 +138,12 @@ func (d *Driver) ensureMarkedBucket(ctx context.Context, spec driver.BucketSpec)
 		return false, err
 	}
 	if !b.exists {
-		created, err := d.createBucket(ctx, spec.Name)
+		created, sent, err := d.createBucket(ctx, spec.Name, want)
 		if err != nil {
 			return false, err
 		}
 		if created {
-			return true, d.markCreated(ctx, spec, want)
+			return true, d.markCreated(ctx, spec, want, sent)
 		}
 		// Someone (a retry of ours, or the operator with the same keys)
 		// created it in between: judge it by its mark like any other.
@@ -188,14 +206,54 @@ func mapVersioningErr(err error, format string, args ...any) error {
 }
 
 // createBucket creates the bucket and reports false if it already existed
-// under the driver's own account.
-func (d *Driver) createBucket(ctx context.Context, name string) (bool, error) {
+// under the driver's own account. It sends tags in the create itself
+// (CreateBucketConfiguration.Tags) unless the server is known to drop
+// them, and sent says whether the create that made the bucket carried
+// them. A server that refuses the element (an answer a tagless create
+// would not get: a malformed request, a missing permission, an action it
+// does not implement) is asked again without it, and, if that succeeds,
+// known to drop them: the caller writes the mark in its own call
+// (markCreated). A refused create that made the bucket after all is found
+// by the tagless one (BucketAlreadyOwnedByYou) and judged by its mark, as
+// for any bucket that exists.
+func (d *Driver) createBucket(ctx context.Context, name string, tags map[string]string) (created, sent bool, err error) {
+	sent = len(tags) > 0 && !d.bucketMarks.dropped()
+	if sent {
+		created, err = d.create(ctx, name, tags)
+		if !refusedTags(err) {
+			return created, sent, err
+		}
+	}
+	created, err = d.create(ctx, name, nil)
+	if sent && err == nil {
+		d.bucketMarks.saw(false)
+	}
+	return created, false, err
+}
+
+// refusedTags reports whether a create that carried tags may have been
+// refused for them.
+func refusedTags(err error) bool {
+	switch httpStatus(err) {
+	case http.StatusBadRequest, http.StatusForbidden, http.StatusNotImplemented:
+		return true
+	}
+	return false
+}
+
+// create is one CreateBucket, with tags when there are any.
+func (d *Driver) create(ctx context.Context, name string, tags map[string]string) (bool, error) {
 	in := &s3.CreateBucketInput{Bucket: &name}
+	var cfg types.CreateBucketConfiguration
 	// us-east-1 is the one region that refuses an explicit constraint.
 	if d.region != defaultRegion {
-		in.CreateBucketConfiguration = &types.CreateBucketConfiguration{
-			LocationConstraint: types.BucketLocationConstraint(d.region),
-		}
+		cfg.LocationConstraint = types.BucketLocationConstraint(d.region)
+	}
+	if len(tags) > 0 {
+		cfg.Tags = tagSet(tags)
+	}
+	if cfg.LocationConstraint != "" || cfg.Tags != nil {
+		in.CreateBucketConfiguration = &cfg
 	}
 	_, err := d.s3.CreateBucket(ctx, in)
 	switch {
@@ -209,15 +267,32 @@ func (d *Driver) createBucket(ctx context.Context, name string) (bool, error) {
 	return false, mapBucketErr(err, "create bucket %q", name)
 }
 
-// markCreated writes the owner mark and tags of a bucket this call has just
-// created, and turns its versioning on if spec asks for it. S3 has no way
-// to create and tag a bucket in one call: a crash before the tagging
-// leaves the bucket unmarked, and only the caller's AdoptUnmarked (its
-// durable record of the attempt) lets a retry take it back. The crash
-// point "bucket/created-unmarked" is that crash.
+// markCreated makes sure a bucket this call has just created carries its
+// owner mark and tags, and turns its versioning on if spec asks for it.
+// sent says whether the create carried the tags:
 //
-// The tagging and the versioning are independent once the bucket exists
-// (a bucket this call created has never had versioning on, so there is
+//   - sent, to a server known to keep them: nothing to write. The bucket
+//     and its mark were written by one call, so no crash of the driver's
+//     process leaves it unmarked. A crash of the server may: versitygw's
+//     posix backend makes the directory, then writes its ACL, then its
+//     tags, so a server killed in between leaves a bucket without them.
+//     The caller's recorded attempt (internal/ensure: written before any
+//     create, for buckets always) lets the retry adopt it, as it adopts a
+//     bucket left unmarked between two calls.
+//   - sent, to a server not known yet (the process's first new bucket):
+//     the tags are read back (GetBucketTagging) in place of the separate
+//     write, and the server is known from then on to keep them or not;
+//     if not, the mark is written now.
+//   - not sent (a server that dropped or refused them): the mark is
+//     written in its own call (PutBucketTagging). A crash before it lands
+//     leaves the bucket unmarked, and only the caller's AdoptUnmarked (its
+//     durable record of the attempt) lets a retry take it back.
+//
+// The crash point "bucket/created-unmarked" is a crash right after the
+// create: the bucket is unmarked there unless the create carried the mark.
+//
+// The mark and the versioning are independent once the bucket exists (a
+// bucket this call created has never had versioning on, so there is
 // nothing to look at first), and are made at once: one round trip, not
 // two. Every way it can stop is one a retry already meets: a crash or a
 // failure between them leaves the bucket marked without versioning (the
@@ -225,12 +300,21 @@ func (d *Driver) createBucket(ctx context.Context, name string) (bool, error) {
 // and unmarked (adopted under AdoptUnmarked, as an unmarked bucket is
 // today; versioning on an empty bucket grants nothing). Both are waited
 // for whatever either answers, so that a versioning the server refuses
-// (ErrInvalid, the caller then deletes the bucket) never cuts the tagging
-// short: the bucket the caller deletes carries its mark.
-func (d *Driver) markCreated(ctx context.Context, spec driver.BucketSpec, tags map[string]string) error {
+// (ErrInvalid, the caller then deletes the bucket) never cuts the mark
+// short: the bucket the caller deletes carries it.
+func (d *Driver) markCreated(ctx context.Context, spec driver.BucketSpec, tags map[string]string, sent bool) error {
 	crashpoint.Hit(crashpoint.BucketCreatedUnmarked)
-	if !spec.Versioning {
+	mark := func() error {
+		switch {
+		case sent && d.bucketMarks.kept():
+			return nil
+		case sent:
+			return d.checkCreateTags(ctx, spec.Name, tags)
+		}
 		return d.putBucketTags(ctx, spec.Name, tags)
+	}
+	if !spec.Versioning {
+		return mark()
 	}
 	var verErr error
 	var wg sync.WaitGroup
@@ -239,7 +323,7 @@ func (d *Driver) markCreated(ctx context.Context, spec driver.BucketSpec, tags m
 		defer wg.Done()
 		verErr = d.putVersioning(ctx, spec.Name)
 	}()
-	tagErr := d.putBucketTags(ctx, spec.Name, tags)
+	tagErr := mark()
 	wg.Wait()
 	if tagErr != nil {
 		return tagErr
@@ -247,19 +331,40 @@ func (d *Driver) markCreated(ctx context.Context, spec driver.BucketSpec, tags m
 	return verErr
 }
 
-func (d *Driver) putBucketTags(ctx context.Context, name string, tags map[string]string) error {
-	set := make([]types.Tag, 0, len(tags))
-	for k, v := range tags {
-		set = append(set, types.Tag{Key: aws.String(k), Value: aws.String(v)})
+// checkCreateTags reads back the tags a create sent to a server not known
+// to keep them, learns from them whether it does, and writes them when
+// it did not keep them all.
+func (d *Driver) checkCreateTags(ctx context.Context, name string, tags map[string]string) error {
+	b, err := d.observeTags(ctx, name)
+	if err != nil {
+		return err
 	}
+	kept := maps.Equal(b, tags)
+	d.bucketMarks.saw(kept)
+	if kept {
+		return nil
+	}
+	return d.putBucketTags(ctx, name, tags)
+}
+
+func (d *Driver) putBucketTags(ctx context.Context, name string, tags map[string]string) error {
 	_, err := d.s3.PutBucketTagging(ctx, &s3.PutBucketTaggingInput{
 		Bucket:  &name,
-		Tagging: &types.Tagging{TagSet: set},
+		Tagging: &types.Tagging{TagSet: tagSet(tags)},
 	})
 	if err != nil {
 		return mapBucketErr(err, "tag bucket %q", name)
 	}
 	return nil
+}
+
+// tagSet is tags as S3 takes them.
+func tagSet(tags map[string]string) []types.Tag {
+	set := make([]types.Tag, 0, len(tags))
+	for k, v := range tags {
+		set = append(set, types.Tag{Key: aws.String(k), Value: aws.String(v)})
+	}
+	return set
 }
 
 // DeleteBucket implements driver.Driver.

@@ -400,27 +400,9 @@ func (d *Driver) createUser(ctx context.Context, name, owner string) (u userStat
 	// For servers that ignore Tags on CreateUser but support TagUser.
 	untagged = out.User != nil && ownerTag(out.User.Tags) == ""
 	if out.User != nil {
-		d.sawUserMarks(ownerTag(out.User.Tags) == owner)
+		d.userMarks.saw(ownerTag(out.User.Tags) == owner)
 	}
 	return userState{exists: true, owner: owner, path: UserPath}, true, untagged, nil
-}
-
-// What CreateUser's answers showed of the owner mark (Driver.userMarks).
-const (
-	markUnknown int32 = iota // no answer showing the user seen yet
-	markKept                 // every answer seen showed the mark
-	markDropped              // an answer showed the user without it
-)
-
-// sawUserMarks records what a CreateUser answer showed: a kept mark turns
-// an unknown state into markKept; a dropped one makes it markDropped for
-// good, whatever answers follow (a server that dropped it once may again).
-func (d *Driver) sawUserMarks(kept bool) {
-	if !kept {
-		d.userMarks.Store(markDropped)
-		return
-	}
-	d.userMarks.CompareAndSwap(markUnknown, markKept)
 }
 
 // AtomicUserMarks implements driver.AtomicUserMarker. The driver puts the
@@ -431,7 +413,7 @@ func (d *Driver) sawUserMarks(kept bool) {
 // false before, and false for good once one has shown it without (that
 // server marks with TagUser afterwards, and a crash in between leaves an
 // unmarked user of ours).
-func (d *Driver) AtomicUserMarks() bool { return d.userMarks.Load() == markKept }
+func (d *Driver) AtomicUserMarks() bool { return d.userMarks.kept() }
 
 // adoptUser gives an unmarked user what CreateUser would have: the path
 // first, the owner mark last, so that a crash in between leaves it

@@ -84,9 +84,37 @@ type Driver struct {
 	// about, made up at random (check).
 	probeName string
 	// userMarks is what CreateUser's answers showed of the owner mark
-	// (markUnknown until the first, see AtomicUserMarks).
-	userMarks atomic.Int32
+	// (unknown until the first, see AtomicUserMarks).
+	userMarks marks
+	// bucketMarks is what the server showed of the owner mark sent in
+	// CreateBucket (unknown until the first check, see createBucket).
+	bucketMarks marks
 }
+
+// What a server showed of owner marks sent in a create call (marks).
+const (
+	markUnknown int32 = iota // nothing seen yet
+	markKept                 // every create seen kept the mark
+	markDropped              // a create dropped or refused it
+)
+
+// marks is what the server has shown of owner marks sent in one kind of
+// create call, for the process's life: unknown until a create is seen,
+// kept once one kept the mark, dropped for good once one did not (a
+// server that dropped it once may again), whatever is seen after.
+type marks struct{ state atomic.Int32 }
+
+// saw records what one create showed.
+func (m *marks) saw(kept bool) {
+	if !kept {
+		m.state.Store(markDropped)
+		return
+	}
+	m.state.CompareAndSwap(markUnknown, markKept)
+}
+
+func (m *marks) kept() bool    { return m.state.Load() == markKept }
+func (m *marks) dropped() bool { return m.state.Load() == markDropped }
 
 var (
 	_ driver.Driver           = (*Driver)(nil)
