@@ -264,6 +264,9 @@ type harnessOpts struct {
 	// the driver's and the harness's own clients' alike (after
 	// backendLatency).
 	calls *testharness.Calls
+	// writes, when set, counts the record writes (Insert and Update, each
+	// a commit) the engine makes.
+	writes *atomic.Int64
 	// transport, when set, carries every request to the S3 and IAM
 	// endpoints instead (backendLatency and calls are then not used).
 	transport http.RoundTripper
@@ -305,6 +308,9 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 	}
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.writes != nil {
+		store = countedStore{testStore: store, writes: o.writes}
 	}
 	s3drv, err := s3iam.New(s3iam.Config{S3Endpoint: gw.S3Endpoint(), IAMEndpoint: gw.IAMEndpoint(), Region: gw.Region(),
 		PathStyle: true, AccessKeyID: rootAK, SecretAccessKey: rootSK, HTTPClient: backendClient(o)})
@@ -589,6 +595,22 @@ func canWrite(ak, sk, bucket string) error {
 type testStore interface {
 	engine.Store
 	Close() error
+}
+
+// countedStore counts the record writes made through it.
+type countedStore struct {
+	testStore
+	writes *atomic.Int64
+}
+
+func (s countedStore) Insert(ctx context.Context, r *engine.Record) error {
+	s.writes.Add(1)
+	return s.testStore.Insert(ctx, r)
+}
+
+func (s countedStore) Update(ctx context.Context, r *engine.Record) error {
+	s.writes.Add(1)
+	return s.testStore.Update(ctx, r)
 }
 
 // metric returns the value of the engine's counter or gauge name (summed
