@@ -47,6 +47,14 @@ type Store struct {
 	// JSON again (most of a Get's work; replays and polls read records
 	// that rarely change).
 	decoded decodedCache
+	// wal maps the WAL-index header, which every commit to the file, from
+	// any connection or process, rewrites: a Get that finds it as it was
+	// before the record was last read answers from decoded without a
+	// statement. nil (or unmapped) where it cannot be mapped.
+	wal *walIndex
+	// pin is a reader connection held open for the Store's life, so that
+	// this process keeps SQLite's lock on the -shm file that wal maps.
+	pin *sql.Conn
 	// unreadable holds the records reads could not decode (List skips them).
 	unreadable store.Unreadables
 }
@@ -101,15 +109,16 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		_ = writer.Close()
 		return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
 	}
-	n := max(4, runtime.GOMAXPROCS(0))
+	n := max(4, runtime.GOMAXPROCS(0)) + 1 // one is pin
 	readers.SetMaxOpenConns(n)
 	readers.SetMaxIdleConns(n)
-	if err := readers.PingContext(ctx); err != nil {
+	pin, err := pinWAL(ctx, readers)
+	if err != nil {
 		_ = writer.Close()
 		_ = readers.Close()
 		return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
 	}
-	st := &Store{writer: writer, readers: readers}
+	st := &Store{writer: writer, readers: readers, pin: pin, wal: openWALIndex(abs)}
 	for _, p := range []struct {
 		db    *sql.DB
 		query string
@@ -121,6 +130,21 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		}
 	}
 	return st, nil
+}
+
+// pinWAL takes a reader connection out of the pool and makes it read the
+// database, which opens (and, first in this process, locks) its -shm file.
+func pinWAL(ctx context.Context, readers *sql.DB) (*sql.Conn, error) {
+	c, err := readers.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var n int
+	if err := c.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 // createFile creates the database file with mode 0600 and its directory
@@ -182,7 +206,12 @@ func (s *Store) Close() error {
 			errs = append(errs, st.Close())
 		}
 	}
-	return errors.Join(append(errs, s.readers.Close(), s.writer.Close())...)
+	if err := s.pin.Close(); !errors.Is(err, sql.ErrConnDone) { // closed by an earlier Close
+		errs = append(errs, err)
+	}
+	errs = append(errs, s.readers.Close(), s.writer.Close())
+	// After the connections: they hold SQLite's locks on the -shm file.
+	return errors.Join(append(errs, s.wal.release())...)
 }
 
 // Insert implements engine.Store.
@@ -213,13 +242,21 @@ func (s *Store) Insert(ctx context.Context, r *engine.Record) error {
 
 // Get implements engine.Store.
 func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.Record, error) {
-	cached := s.decoded.get(kind, id)
-	var known int64 // versions start at 1
-	if cached != nil {
-		known = cached.Version
-	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, err)
+	}
+	// The header first, then the read: a commit between the two makes
+	// the header found later differ from this one, never the other way.
+	at, atOK := s.wal.header()
+	cached := s.decoded.get(kind, id)
+	if cached.r != nil && atOK && cached.atOK && cached.at == at {
+		// Nothing was committed to the file since the read that found
+		// this record current.
+		return cached.r.Clone(), nil
+	}
+	var known int64 // versions start at 1
+	if cached.r != nil {
+		known = cached.r.Version
 	}
 	var version int64
 	var data []byte
@@ -235,10 +272,11 @@ func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.R
 	if err != nil {
 		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, err)
 	}
-	if data == nil && cached != nil && version == known {
+	if data == nil && cached.r != nil && version == known {
 		// Versions only grow, by one per committed write, and records are
 		// never deleted: the same version is the same record.
-		return cached.Clone(), nil
+		s.decoded.put(decoded{r: cached.r, at: at, atOK: atOK})
+		return cached.r.Clone(), nil
 	}
 	r, err := store.Decode(version, data)
 	if err != nil {
@@ -246,7 +284,7 @@ func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.R
 		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, err)
 	}
 	s.unreadable.Readable(kind, id)
-	s.decoded.put(r.Clone())
+	s.decoded.put(decoded{r: r.Clone(), at: at, atOK: atOK})
 	return r, nil
 }
 
@@ -255,11 +293,12 @@ func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.R
 const decodedCacheSize = 4096
 
 // decodedCache maps a record's key to the record as last decoded. It is
-// only ever a shortcut past the JSON: Get checks the version in the file
-// first, so records written by another Store or process are never missed.
+// only ever a shortcut: Get checks the version in the file first, or that
+// the WAL-index header is the one it read before the record was last found
+// current, so records written by another Store or process are never missed.
 type decodedCache struct {
 	mu sync.Mutex
-	m  map[decodedKey]*engine.Record
+	m  map[decodedKey]decoded
 }
 
 type decodedKey struct {
@@ -267,28 +306,36 @@ type decodedKey struct {
 	id   string
 }
 
-func (c *decodedCache) get(kind engine.Kind, id string) *engine.Record {
+// decoded is a record (owned by the cache: never changed, only cloned)
+// and the WAL-index header read before a read that found it current (at,
+// when atOK).
+type decoded struct {
+	r    *engine.Record
+	at   walHeader
+	atOK bool
+}
+
+func (c *decodedCache) get(kind engine.Kind, id string) decoded {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.m[decodedKey{kind, id}]
 }
 
-// put keeps r, which the cache owns from now on; when full, it first
-// forgets an arbitrary record.
-func (c *decodedCache) put(r *engine.Record) {
+// put keeps d; when full, it first forgets an arbitrary record.
+func (c *decodedCache) put(d decoded) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
-		c.m = make(map[decodedKey]*engine.Record)
+		c.m = make(map[decodedKey]decoded)
 	}
-	k := decodedKey{r.Kind, r.ID}
+	k := decodedKey{d.r.Kind, d.r.ID}
 	if _, ok := c.m[k]; !ok && len(c.m) >= decodedCacheSize {
 		for old := range c.m {
 			delete(c.m, old)
 			break
 		}
 	}
-	c.m[k] = r
+	c.m[k] = d
 }
 
 // Update implements engine.Store.

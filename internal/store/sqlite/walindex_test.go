@@ -1,0 +1,171 @@
+//go:build unix
+
+package sqlite
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/bucketbroker/bucketbroker/internal/engine"
+)
+
+// helperEnv names the database file a re-run of this test binary writes to
+// (TestHelperProcessWrite), as another broker process on the same file
+// would.
+const helperEnv = "BUCKETBROKER_SQLITE_HELPER_DB"
+
+// TestHelperProcessWrite is not a test: run by writeInOtherProcess in a
+// child process, it advances record b1 by one version with its own Store.
+func TestHelperProcessWrite(t *testing.T) {
+	path := os.Getenv(helperEnv)
+	if path == "" {
+		t.Skip("run by writeInOtherProcess")
+	}
+	s := open(t, path)
+	r, err := s.Get(t.Context(), engine.KindBinding, "b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Phase = engine.PhaseReady
+	r.Op.Description = "written by process " + strconv.Itoa(os.Getpid())
+	if err := s.Update(t.Context(), r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeInOtherProcess advances record b1 in the file at path from another
+// process and returns the description it wrote.
+func writeInOtherProcess(t *testing.T, path string) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", "^TestHelperProcessWrite$", "-test.count", "1")
+	cmd.Env = append(os.Environ(), helperEnv+"="+path)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("write in another process: %v\n%s", err, out)
+	}
+}
+
+// TestGetSeesOtherProcessWrites: a Get answers from its decoded record
+// only while the file's WAL-index header is unchanged, so a record another
+// process advanced is read again, every time.
+func TestGetSeesOtherProcessWrites(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bucketbroker.db")
+	s := open(t, path)
+	ctx := t.Context()
+	if err := s.Insert(ctx, record("b1")); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		before, err := s.Get(ctx, engine.KindBinding, "b1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Get(ctx, engine.KindBinding, "b1"); err != nil { // from memory
+			t.Fatal(err)
+		}
+		writeInOtherProcess(t, path)
+		got, err := s.Get(ctx, engine.KindBinding, "b1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Version != before.Version+1 || got.Phase != engine.PhaseReady {
+			t.Fatalf("round %d: after another process's write Get = v%d phase %q, want v%d %q",
+				i, got.Version, got.Phase, before.Version+1, engine.PhaseReady)
+		}
+	}
+}
+
+// TestGetAnswersFromMemoryWhileUnchanged pins the shortcut itself: with
+// nothing committed since the record was read, a Get makes no statement
+// (it still answers with the reader's statement closed), and a commit by
+// another Store on the file, to any record, sends Gets back to the file.
+func TestGetAnswersFromMemoryWhileUnchanged(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bucketbroker.db")
+	a, b := open(t, path), open(t, path)
+	ctx := t.Context()
+	for _, id := range []string{"b1", "b2"} {
+		if err := a.Insert(ctx, record(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := a.wal.header(); !ok {
+		t.Fatal("the WAL-index header is not mapped: every Get reads the file")
+	}
+	if _, err := a.Get(ctx, engine.KindBinding, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	h0, _ := a.wal.header()
+
+	// Another Store's commit to another record changes the header.
+	r2, err := b.Get(ctx, engine.KindBinding, "b2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2.Op.Description = "changed"
+	if err := b.Update(ctx, r2); err != nil {
+		t.Fatal(err)
+	}
+	if h1, _ := a.wal.header(); h1 == h0 {
+		t.Fatal("another Store's commit left the WAL-index header as it was")
+	}
+
+	if _, err := a.Get(ctx, engine.KindBinding, "b1"); err != nil { // read again, then current
+		t.Fatal(err)
+	}
+	if err := a.get.Close(); err != nil { // every further statement fails
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		got, err := a.Get(ctx, engine.KindBinding, "b1")
+		if err != nil {
+			t.Fatalf("Get %d with nothing committed since: %v (a statement was made)", i, err)
+		}
+		if got.Version != 1 {
+			t.Fatalf("Get %d = v%d, want v1", i, got.Version)
+		}
+	}
+	r1, err := b.Get(ctx, engine.KindBinding, "b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1.Op.Description = "changed"
+	if err := b.Update(ctx, r1); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.Get(ctx, engine.KindBinding, "b1"); err == nil {
+		t.Fatalf("Get after another Store's commit answered v%d from memory; want a read (which fails here)", got.Version)
+	}
+}
+
+// TestStoresShareOneMapping: Stores on one file in this process share the
+// -shm file's descriptor, which stays open (keeping SQLite's locks on the
+// file) until the last of them closes.
+func TestStoresShareOneMapping(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bucketbroker.db")
+	a, err := Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := open(t, path)
+	if a.wal == nil || b.wal == nil || a.wal.key != b.wal.key {
+		t.Fatalf("two Stores on one file: wal %v and %v, want one mapping", a.wal, b.wal)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	walIndexes.Lock()
+	wf := walIndexes.m[b.wal.key]
+	walIndexes.Unlock()
+	if wf == nil || wf.refs != 1 {
+		t.Fatalf("after one of two Stores closed: mapping %+v, want it kept for the other", wf)
+	}
+	if err := b.Insert(t.Context(), record("b1")); err != nil {
+		t.Fatal(fmt.Errorf("the other Store after the first closed: %w", err))
+	}
+	if _, ok := b.wal.header(); !ok {
+		t.Fatal("the other Store's header is gone")
+	}
+}
