@@ -121,6 +121,13 @@ func (e *Engine) insertFresh(ctx context.Context, c creation) (_ *Record, again 
 		e.mu.Unlock()
 		close(busy)
 	}()
+	// The turn may have come after another request's whole turn, between
+	// this request's read and now.
+	if _, err := e.store.Get(ctx, c.kind, c.id); err == nil {
+		return nil, true, nil
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, false, e.storeErr(ctx, err)
+	}
 	rec, err := c.fresh()
 	if err != nil {
 		return nil, false, err
