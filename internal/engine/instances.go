@@ -41,9 +41,6 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 		OrganizationGUID: req.OrganizationGUID, SpaceGUID: req.SpaceGUID, Context: req.Context,
 		Maintenance: plan.Maintenance().Version}
 	fp := fingerprint("", r)
-	// An upstream gets the request's maintenance_info only when it had
-	// one; parameters and context are the record's (as sent).
-	sent := &Sent{Maintenance: req.MaintenanceVersion}
 	rec, created, err := e.recordCreation(ctx, creation{
 		kind: KindInstance, id: req.InstanceID, op: OpProvision,
 		same: func(rec *Record) bool { return rec.Fingerprint == fp },
@@ -63,7 +60,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 			fresh := e.newInstance(req.InstanceID, r, fp, e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
 			if fresh.Upstream = up; up != "" {
 				fresh.Bucket, fresh.Owner = "", ""
-				fresh.Op.Sent = sent
+				fresh.Op.Sent = sentOf(req)
 				return fresh, nil
 			}
 			fresh.BucketAttempted = e.bucketFree(ctx, fresh, how)
@@ -84,7 +81,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 			rec.Request, rec.Fingerprint, rec.Phase = r, fp, PhaseProvisioning
 			rec.startOp(e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
 			if up != "" {
-				rec.Op.Sent = sent
+				rec.Op.Sent = sentOf(req)
 			}
 			return nil
 		},
@@ -105,6 +102,13 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 	default: // deprovisioning, or failed by a later operation
 		return Result{}, fmt.Errorf("%w: instance %s is being deprovisioned, or its deprovision failed", ErrConcurrency, req.InstanceID)
 	}
+}
+
+// sentOf is what an upstream gets of a provision beside the record: the
+// request's maintenance_info only when it had one; parameters and context
+// are the record's (as sent). Made only for a write (a replay needs none).
+func sentOf(req ProvisionRequest) *Sent {
+	return &Sent{Maintenance: req.MaintenanceVersion}
 }
 
 // checkMaintenance refuses a maintenance_info.version that is not the
