@@ -35,6 +35,25 @@ type creation struct {
 	// again makes rec, deleted or failed by op, the record of a new
 	// attempt, in place; it may refuse.
 	again func(rec *Record) error
+	// first, if not nil, is the read the caller made already: the loop's
+	// first look uses it instead of reading again.
+	first *stored
+}
+
+// stored is the answer of a Store.Get.
+type stored struct {
+	rec *Record
+	err error
+}
+
+// read is the loop's look at the record: c.first the first time, when the
+// caller has read it already, the store after that.
+func (e *Engine) read(ctx context.Context, c *creation) (*Record, error) {
+	if f := c.first; f != nil {
+		c.first = nil
+		return f.rec, f.err
+	}
+	return e.store.Get(ctx, c.kind, c.id)
 }
 
 // recordCreation is the compare-and-swap loop of the operations that
@@ -48,7 +67,7 @@ type creation struct {
 func (e *Engine) recordCreation(ctx context.Context, c creation) (*Record, bool, error) {
 	checked := false
 	for range maxCASRetries {
-		rec, err := e.store.Get(ctx, c.kind, c.id)
+		rec, err := e.read(ctx, &c)
 		found := err == nil
 		if !found && !errors.Is(err, ErrNotFound) {
 			return nil, false, e.storeErr(ctx, err)
