@@ -249,9 +249,12 @@ func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.R
 	// the header found later differ from this one, never the other way.
 	at, atOK := s.wal.header()
 	cached := s.decoded.get(kind, id)
-	if cached.r != nil && atOK && cached.atOK && cached.at == at {
+	if atOK && cached.atOK && cached.at == at {
 		// Nothing was committed to the file since the read that found
-		// this record current.
+		// this record current, or found none.
+		if cached.r == nil {
+			return nil, fmt.Errorf("get record %s/%s: %w", kind, id, engine.ErrNotFound)
+		}
 		return cached.r.Clone(), nil
 	}
 	var known int64 // versions start at 1
@@ -267,6 +270,9 @@ func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.R
 	// is bounded by busyTimeout.
 	err := s.get.QueryRowContext(context.WithoutCancel(ctx), known, kind, id).Scan(&version, &data)
 	if errors.Is(err, sql.ErrNoRows) {
+		// Kept too: identical requests for a new id (a storm of PUTs)
+		// each look before one of them inserts.
+		s.decoded.put(kind, id, decoded{at: at, atOK: atOK})
 		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, engine.ErrNotFound)
 	}
 	if err != nil {
@@ -275,7 +281,7 @@ func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.R
 	if data == nil && cached.r != nil && version == known {
 		// Versions only grow, by one per committed write, and records are
 		// never deleted: the same version is the same record.
-		s.decoded.put(decoded{r: cached.r, at: at, atOK: atOK})
+		s.decoded.put(kind, id, decoded{r: cached.r, at: at, atOK: atOK})
 		return cached.r.Clone(), nil
 	}
 	r, err := store.Decode(version, data)
@@ -284,7 +290,7 @@ func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.R
 		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, err)
 	}
 	s.unreadable.Readable(kind, id)
-	s.decoded.put(decoded{r: r.Clone(), at: at, atOK: atOK})
+	s.decoded.put(kind, id, decoded{r: r.Clone(), at: at, atOK: atOK})
 	return r, nil
 }
 
@@ -292,10 +298,11 @@ func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.R
 // each).
 const decodedCacheSize = 4096
 
-// decodedCache maps a record's key to the record as last decoded. It is
-// only ever a shortcut: Get checks the version in the file first, or that
-// the WAL-index header is the one it read before the record was last found
-// current, so records written by another Store or process are never missed.
+// decodedCache maps a record's key to the record as last decoded, or to
+// none when the last read found none. It is only ever a shortcut: Get
+// checks the version in the file first, or that the WAL-index header is
+// the one it read before the record was last found current (or missing),
+// so records written by another Store or process are never missed.
 type decodedCache struct {
 	mu sync.Mutex
 	m  map[decodedKey]decoded
@@ -306,9 +313,10 @@ type decodedKey struct {
 	id   string
 }
 
-// decoded is a record (owned by the cache: never changed, only cloned)
-// and the WAL-index header read before a read that found it current (at,
-// when atOK).
+// decoded is a record (owned by the cache: never changed, only cloned),
+// or nil for none, and the WAL-index header read before a read that found
+// it current (at, when atOK). An entry without a record is only ever used
+// with its header.
 type decoded struct {
 	r    *engine.Record
 	at   walHeader
@@ -322,13 +330,13 @@ func (c *decodedCache) get(kind engine.Kind, id string) decoded {
 }
 
 // put keeps d; when full, it first forgets an arbitrary record.
-func (c *decodedCache) put(d decoded) {
+func (c *decodedCache) put(kind engine.Kind, id string, d decoded) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
 		c.m = make(map[decodedKey]decoded)
 	}
-	k := decodedKey{d.r.Kind, d.r.ID}
+	k := decodedKey{kind, id}
 	if _, ok := c.m[k]; !ok && len(c.m) >= decodedCacheSize {
 		for old := range c.m {
 			delete(c.m, old)

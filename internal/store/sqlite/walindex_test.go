@@ -3,6 +3,7 @@
 package sqlite
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -38,7 +39,7 @@ func TestHelperProcessWrite(t *testing.T) {
 }
 
 // writeInOtherProcess advances record b1 in the file at path from another
-// process and returns the description it wrote.
+// process.
 func writeInOtherProcess(t *testing.T, path string) {
 	t.Helper()
 	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", "^TestHelperProcessWrite$", "-test.count", "1")
@@ -75,6 +76,43 @@ func TestGetSeesOtherProcessWrites(t *testing.T) {
 			t.Fatalf("round %d: after another process's write Get = v%d phase %q, want v%d %q",
 				i, got.Version, got.Phase, before.Version+1, engine.PhaseReady)
 		}
+	}
+}
+
+// TestGetSeesOtherProcessInsert: a Get that found no record remembers
+// that only while nothing is committed; a record another process inserted
+// since is found.
+func TestGetSeesOtherProcessInsert(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bucketbroker.db")
+	s := open(t, path)
+	ctx := t.Context()
+	if err := s.Insert(ctx, record("other")); err != nil { // the file and its schema
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := s.Get(ctx, engine.KindBinding, "b1"); !errors.Is(err, engine.ErrNotFound) {
+			t.Fatalf("Get before the insert = %v, want ErrNotFound", err)
+		}
+	}
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", "^TestHelperProcessInsert$", "-test.count", "1")
+	cmd.Env = append(os.Environ(), helperEnv+"="+path)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("insert in another process: %v\n%s", err, out)
+	}
+	if _, err := s.Get(ctx, engine.KindBinding, "b1"); err != nil {
+		t.Fatalf("Get after another process inserted the record = %v, want it", err)
+	}
+}
+
+// TestHelperProcessInsert is not a test: run by TestGetSeesOtherProcessInsert
+// in a child process, it inserts record b1 with its own Store.
+func TestHelperProcessInsert(t *testing.T) {
+	path := os.Getenv(helperEnv)
+	if path == "" {
+		t.Skip("run by TestGetSeesOtherProcessInsert")
+	}
+	if err := open(t, path).Insert(t.Context(), record("b1")); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -115,6 +153,9 @@ func TestGetAnswersFromMemoryWhileUnchanged(t *testing.T) {
 	if _, err := a.Get(ctx, engine.KindBinding, "b1"); err != nil { // read again, then current
 		t.Fatal(err)
 	}
+	if _, err := a.Get(ctx, engine.KindBinding, "b3"); !errors.Is(err, engine.ErrNotFound) { // none, then known
+		t.Fatalf("Get of a missing record = %v, want ErrNotFound", err)
+	}
 	if err := a.get.Close(); err != nil { // every further statement fails
 		t.Fatal(err)
 	}
@@ -125,6 +166,9 @@ func TestGetAnswersFromMemoryWhileUnchanged(t *testing.T) {
 		}
 		if got.Version != 1 {
 			t.Fatalf("Get %d = v%d, want v1", i, got.Version)
+		}
+		if _, err := a.Get(ctx, engine.KindBinding, "b3"); !errors.Is(err, engine.ErrNotFound) {
+			t.Fatalf("Get %d of the missing record with nothing committed since = %v, want ErrNotFound without a statement", i, err)
 		}
 	}
 	r1, err := b.Get(ctx, engine.KindBinding, "b1")
@@ -137,6 +181,12 @@ func TestGetAnswersFromMemoryWhileUnchanged(t *testing.T) {
 	}
 	if got, err := a.Get(ctx, engine.KindBinding, "b1"); err == nil {
 		t.Fatalf("Get after another Store's commit answered v%d from memory; want a read (which fails here)", got.Version)
+	}
+	if err := b.Insert(ctx, record("b3")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Get(ctx, engine.KindBinding, "b3"); err == nil || errors.Is(err, engine.ErrNotFound) {
+		t.Fatalf("Get after another Store inserted the record = %v; want a read (which fails here), not the none remembered", err)
 	}
 }
 
