@@ -43,9 +43,9 @@
 // which SQLite maps into every process that has the database open and
 // which its own readers consult to find the newest commit. The Store maps
 // that header read-only too, reads it (both copies, as SQLite's readers
-// do) before each statement and stores it with the record; a later Get
-// that finds the same header answers from memory, any other goes to the
-// file. The header is read before the statement, so a commit in between
+// do) before each statement and stores it with the record, or with the
+// fact that there was none; a later Get that finds the same header
+// answers from memory, any other goes to the file. The header is read before the statement, so a commit in between
 // can only make the stored header older (a needless read later), never
 // make an old record look current. A reader connection is held for the
 // Store's life, so that SQLite's lock on the -shm file keeps other
