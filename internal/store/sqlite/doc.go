@@ -52,7 +52,11 @@
 // processes from reinitializing it while it is mapped, and the file's
 // descriptor stays open until the last Store of this process on that
 // database closes (closing any descriptor would drop the process's POSIX
-// locks on it). Every writer must use SQLite's shared-memory WAL index,
+// locks on it). The -shm file mapped is the one SQLite names after the
+// database file with symbolic links resolved, as SQLite resolves them; and
+// a header that a commit of the Store's own writer leaves as it was is not
+// SQLite's (a stale file, an unknown layout), so the Store stops relying
+// on it for good. Every writer must use SQLite's shared-memory WAL index,
 // the default and what this package sets up: a process that opened the
 // file with locking_mode=EXCLUSIVE, which keeps the index in its own
 // memory, is not supported beside a running Store.

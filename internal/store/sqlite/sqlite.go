@@ -118,7 +118,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		_ = readers.Close()
 		return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
 	}
-	st := &Store{writer: writer, readers: readers, pin: pin, wal: openWALIndex(abs)}
+	st := &Store{writer: writer, readers: readers, pin: pin, wal: openWALIndex(shmBase(abs))}
 	for _, p := range []struct {
 		db    *sql.DB
 		query string
@@ -130,6 +130,15 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		}
 	}
 	return st, nil
+}
+
+// shmBase is the path SQLite names the -wal and -shm files after: the
+// database file's, symbolic links resolved (as SQLite resolves them).
+func shmBase(path string) string {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		return real
+	}
+	return path
 }
 
 // pinWAL takes a reader connection out of the pool and makes it read the
@@ -221,6 +230,7 @@ func (s *Store) Insert(ctx context.Context, r *engine.Record) error {
 		return fmt.Errorf("insert record %s/%s: %w", r.Kind, r.ID, err)
 	}
 
+	before, _ := s.wal.header()
 	// One statement: the primary key decides which of two concurrent
 	// inserts wins; there is no window between a check and the write.
 	res, err := s.insert.ExecContext(ctx,
@@ -236,6 +246,7 @@ func (s *Store) Insert(ctx context.Context, r *engine.Record) error {
 	if n == 0 {
 		return fmt.Errorf("insert record %s/%s: %w", r.Kind, r.ID, engine.ErrExists)
 	}
+	s.wal.checkCommitted(before)
 	r.Version, r.CreatedAt, r.UpdatedAt = c.Version, c.CreatedAt, c.UpdatedAt
 	return nil
 }
@@ -353,6 +364,7 @@ func (s *Store) Update(ctx context.Context, r *engine.Record) error {
 		return fmt.Errorf("update record %s/%s: %w", r.Kind, r.ID, err)
 	}
 
+	before, _ := s.wal.header()
 	// Compare-and-swap in one statement: the version check and the write
 	// cannot be separated by another writer.
 	res, err := s.update.ExecContext(ctx,
@@ -380,6 +392,7 @@ func (s *Store) Update(ctx context.Context, r *engine.Record) error {
 		}
 		return fmt.Errorf("update record %s/%s at version %d: %w", r.Kind, r.ID, r.Version, engine.ErrStale)
 	}
+	s.wal.checkCommitted(before)
 	r.Version, r.CreatedAt, r.UpdatedAt = c.Version, c.CreatedAt, c.UpdatedAt
 	return nil
 }

@@ -60,6 +60,20 @@ func (w *walIndex) header() (walHeader, bool) {
 	return h1, h1 == h2 && isInit != 0
 }
 
+// checkCommitted is called after a commit of this Store's writer, with
+// the header read before it: a commit rewrites the header before it
+// returns, so a header found unchanged is not the one SQLite writes (a
+// stale file under the name, a layout this code does not know), and Gets
+// stop relying on it for good.
+func (w *walIndex) checkCommitted(before walHeader) {
+	if w == nil {
+		return
+	}
+	if after, ok := w.header(); ok && after == before {
+		w.words.Store(nil)
+	}
+}
+
 // walIndexKey names an -shm file by its inode: Stores on one database in
 // this process share one mapping and one descriptor.
 type walIndexKey struct{ dev, ino uint64 }

@@ -267,3 +267,72 @@ func BenchmarkFreshnessCheck(b *testing.B) {
 		}
 	})
 }
+
+// TestWALIndexFollowsSymlink: SQLite names the -shm file after the
+// database file with symbolic links resolved; the Store maps that one
+// (not a file next to the link, which SQLite never writes) and sees
+// another Store's commits through it.
+func TestWALIndexFollowsSymlink(t *testing.T) {
+	dir := t.TempDir()
+	real := filepath.Join(dir, "real.db")
+	b := open(t, real)
+	link := filepath.Join(dir, "link.db")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	a := open(t, link)
+	if _, ok := a.wal.header(); !ok {
+		t.Fatal("the WAL-index header of a database opened through a symbolic link is not mapped")
+	}
+	ctx := t.Context()
+	if err := b.Insert(ctx, record("b1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Get(ctx, engine.KindBinding, "b1"); err != nil {
+		t.Fatalf("Get through the link after the other Store's insert: %v", err)
+	}
+}
+
+// TestUnchangedHeaderAfterCommitStopsShortcut: a mapping whose header a
+// commit of the Store's own writer leaves as it was is not SQLite's; from
+// then on every Get reads the file.
+func TestUnchangedHeaderAfterCommitStopsShortcut(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bucketbroker.db")
+	a, b := open(t, path), open(t, path)
+	mapped := a.wal
+	t.Cleanup(func() { a.wal = mapped }) // released by Close
+	// A header that nothing ever writes: consistent and initialized.
+	var frozen [walIndexHeaderWords]uint32
+	frozen[3], frozen[12+3] = 1, 1 // isInit on little-endian, something on big-endian
+	frozen[2], frozen[12+2] = 7, 7
+	a.wal = &walIndex{}
+	a.wal.words.Store(&frozen)
+	if _, ok := a.wal.header(); !ok {
+		t.Skip("the frozen header is not taken as initialized on this byte order")
+	}
+	ctx := t.Context()
+	if err := b.Insert(ctx, record("b1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Get(ctx, engine.KindBinding, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Insert(ctx, record("b2")); err != nil { // a commit: the frozen header is found out
+		t.Fatal(err)
+	}
+	r, err := b.Get(ctx, engine.KindBinding, "b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Op.Description = "changed"
+	if err := b.Update(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.Get(ctx, engine.KindBinding, "b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Version != r.Version {
+		t.Fatalf("Get after another Store's write = v%d, want v%d: the frozen header was still relied on", got.Version, r.Version)
+	}
+}
