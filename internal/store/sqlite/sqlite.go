@@ -135,8 +135,8 @@ func Open(ctx context.Context, path string) (*Store, error) {
 // shmBase is the path SQLite names the -wal and -shm files after: the
 // database file's, symbolic links resolved (as SQLite resolves them).
 func shmBase(path string) string {
-	if real, err := filepath.EvalSymlinks(path); err == nil {
-		return real
+	if resolved, err := filepath.EvalSymlinks(path); err == nil {
+		return resolved
 	}
 	return path
 }

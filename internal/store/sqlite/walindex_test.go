@@ -274,10 +274,10 @@ func BenchmarkFreshnessCheck(b *testing.B) {
 // another Store's commits through it.
 func TestWALIndexFollowsSymlink(t *testing.T) {
 	dir := t.TempDir()
-	real := filepath.Join(dir, "real.db")
-	b := open(t, real)
+	target := filepath.Join(dir, "target.db")
+	b := open(t, target)
 	link := filepath.Join(dir, "link.db")
-	if err := os.Symlink(real, link); err != nil {
+	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
 	}
 	a := open(t, link)
