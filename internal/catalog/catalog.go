@@ -177,7 +177,7 @@ type Service struct {
 type Catalog struct {
 	Services []*Service `json:"services"`
 
-	plans map[string]*Plan // by service id + "/" + plan id
+	plans map[planKey]*Plan
 }
 
 // Default returns the built-in catalog.
@@ -224,7 +224,7 @@ func (c *Catalog) index() error {
 	if len(c.Services) == 0 {
 		return errors.New("no services")
 	}
-	c.plans = map[string]*Plan{}
+	c.plans = map[planKey]*Plan{}
 	ids := map[string]bool{}
 	for _, s := range c.Services {
 		if s.ID == "" || s.Name == "" || s.Description == "" {
@@ -249,7 +249,7 @@ func (c *Catalog) index() error {
 			if err := p.check(); err != nil {
 				return err
 			}
-			c.plans[s.ID+"/"+p.ID] = p
+			c.plans[planKey{s.ID, p.ID}] = p
 		}
 	}
 	return nil
@@ -351,10 +351,15 @@ func (p *Plan) bindable() bool {
 	return p.service.Bindable
 }
 
+// planKey is a plan's key in Catalog.plans: a struct rather than the ids
+// joined, which would cost a string per Lookup (every request) and make
+// service "a/b" with plan "c" the same key as service "a" with plan "b/c".
+type planKey struct{ serviceID, planID string }
+
 // Lookup returns the plan with the given ids, or an error wrapping
 // ErrUnknown that says which id is unknown.
 func (c *Catalog) Lookup(serviceID, planID string) (*Plan, error) {
-	if p, ok := c.plans[serviceID+"/"+planID]; ok {
+	if p, ok := c.plans[planKey{serviceID, planID}]; ok {
 		return p, nil
 	}
 	for _, s := range c.Services {

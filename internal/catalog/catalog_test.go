@@ -109,6 +109,27 @@ func TestLookup(t *testing.T) {
 	}
 }
 
+// TestLookupIDsWithSlashes: the ids are the key as given, not joined
+// into one string, in which service "a/b" with plan "c" and service "a"
+// with plan "b/c" would be one key and one of them the other's plan.
+func TestLookupIDsWithSlashes(t *testing.T) {
+	c, err := Parse([]byte(`{"services":[
+		{"id":"a/b","name":"one","description":"d","plans":[{"id":"c","name":"pc","description":"d"}]},
+		{"id":"a","name":"two","description":"d","plans":[{"id":"b/c","name":"pbc","description":"d"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ service, plan, want string }{{"a/b", "c", "pc"}, {"a", "b/c", "pbc"}} {
+		p, err := c.Lookup(tc.service, tc.plan)
+		if err != nil {
+			t.Fatalf("Lookup(%q, %q): %v", tc.service, tc.plan, err)
+		}
+		if p.Name != tc.want {
+			t.Errorf("Lookup(%q, %q) = plan %q, want %q", tc.service, tc.plan, p.Name, tc.want)
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	p, _ := Default().Lookup(svc, standard)
 	ro, _ := Default().Lookup(svc, readOnly)

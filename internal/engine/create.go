@@ -35,6 +35,25 @@ type creation struct {
 	// again makes rec, deleted or failed by op, the record of a new
 	// attempt, in place; it may refuse.
 	again func(rec *Record) error
+	// first, if not nil, is the read the caller made already: the loop's
+	// first look uses it instead of reading again.
+	first *stored
+}
+
+// stored is the answer of a Store.Get.
+type stored struct {
+	rec *Record
+	err error
+}
+
+// read is the loop's look at the record: c.first the first time, when the
+// caller has read it already, the store after that.
+func (e *Engine) read(ctx context.Context, c *creation) (*Record, error) {
+	if f := c.first; f != nil {
+		c.first = nil
+		return f.rec, f.err
+	}
+	return e.store.Get(ctx, c.kind, c.id)
 }
 
 // recordCreation is the compare-and-swap loop of the operations that
@@ -48,7 +67,7 @@ type creation struct {
 func (e *Engine) recordCreation(ctx context.Context, c creation) (*Record, bool, error) {
 	checked := false
 	for range maxCASRetries {
-		rec, err := e.store.Get(ctx, c.kind, c.id)
+		rec, err := e.read(ctx, &c)
 		found := err == nil
 		if !found && !errors.Is(err, ErrNotFound) {
 			return nil, false, e.storeErr(ctx, err)
@@ -63,13 +82,11 @@ func (e *Engine) recordCreation(ctx context.Context, c creation) (*Record, bool,
 		}
 		switch {
 		case !found:
-			if rec, err = c.fresh(); err != nil {
-				return nil, false, err
-			}
-			if err := e.store.Insert(ctx, rec); errors.Is(err, ErrExists) {
+			rec, again, err := e.insertFresh(ctx, c)
+			if again {
 				continue // a concurrent duplicate won; answer from its record
 			} else if err != nil {
-				return nil, false, e.storeErr(ctx, err)
+				return nil, false, err
 			}
 			return rec, true, nil
 		case rec.Phase == PhaseDeleted || (rec.Phase == PhaseFailed && same && rec.Op.Type == c.op):
@@ -90,4 +107,54 @@ func (e *Engine) recordCreation(ctx context.Context, c creation) (*Record, bool,
 		return rec, false, nil
 	}
 	return nil, false, fmt.Errorf("%w: %s %s keeps changing", ErrConcurrency, c.kind, c.id)
+}
+
+// insertFresh writes the intent of a resource new under c.id. Requests of
+// this process for one id take turns: while one makes its record (a look
+// at the backend, then the insert through the store's one writer), the
+// others wait for it and then read again, instead of each making the same
+// look and an insert that can only lose (a storm of identical PUTs,
+// BenchmarkProvisionStorm). The insert stays the only arbiter between
+// processes. again means read the record again: a duplicate's insert won,
+// or this request waited for another's attempt.
+func (e *Engine) insertFresh(ctx context.Context, c creation) (_ *Record, again bool, _ error) {
+	k := key(c.kind, c.id)
+	e.mu.Lock()
+	busy, waiting := e.creating[k]
+	if !waiting {
+		busy = make(chan struct{})
+		e.creating[k] = busy
+	}
+	e.mu.Unlock()
+	if waiting {
+		select {
+		case <-busy:
+			return nil, true, nil
+		case <-ctx.Done():
+			return nil, false, fmt.Errorf("wait for the concurrent creation of %s %s: %w", c.kind, c.id, ctx.Err())
+		}
+	}
+	defer func() {
+		e.mu.Lock()
+		delete(e.creating, k)
+		e.mu.Unlock()
+		close(busy)
+	}()
+	// The turn may have come after another request's whole turn, between
+	// this request's read and now.
+	if _, err := e.store.Get(ctx, c.kind, c.id); err == nil {
+		return nil, true, nil
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, false, e.storeErr(ctx, err)
+	}
+	rec, err := c.fresh()
+	if err != nil {
+		return nil, false, err
+	}
+	if err := e.store.Insert(ctx, rec); errors.Is(err, ErrExists) {
+		return nil, true, nil
+	} else if err != nil {
+		return nil, false, e.storeErr(ctx, err)
+	}
+	return rec, false, nil
 }

@@ -108,7 +108,10 @@ type Engine struct {
 	mu          sync.Mutex
 	workers     map[string]*worker
 	changed     map[string]*waiters
-	wg          sync.WaitGroup
+	// creating holds, for each record a request of this process is
+	// inserting, a channel closed once it is done (insertFresh).
+	creating map[string]chan struct{}
+	wg       sync.WaitGroup
 	// unreadable maps the records reportUnreadable has logged to the
 	// version logged (under mu).
 	unreadable map[string]int64
@@ -202,6 +205,7 @@ func New(opts Options) (*Engine, error) {
 		syncTTL: opts.SyncTimeout, syncBudget: opts.SyncBudget, log: opts.Logger, metrics: m,
 		replica: opts.ReplicaID, leaseTTL: opts.LeaseTTL, sweepInt: opts.SweepInterval, callTO: opts.CallTimeout, slots: sl,
 		base: base, stop: stop, calls: calls, cancelCalls: cancelCalls, workers: map[string]*worker{}, changed: map[string]*waiters{},
+		creating:  map[string]chan struct{}{},
 		upstreams: upstreams, byService: byService,
 	}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -252,6 +253,24 @@ func TestConcurrentProvisionStorm(t *testing.T) {
 	h := newHarness(t)
 	const n = 200
 	id := instancePth + newID()
+	// The look at the bucket name before the intent is written is held
+	// until a second look starts (or a while passes): duplicates that
+	// arrive meanwhile must wait for the first request's record, not each
+	// make the same look and an insert that can only lose.
+	second := make(chan struct{})
+	var once sync.Once
+	h.drv.hook("Observe", func(ctx context.Context) error {
+		if h.drv.count("Observe") > 1 {
+			once.Do(func() { close(second) })
+			return nil
+		}
+		select {
+		case <-second:
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+		}
+		return nil
+	})
 	codes := make([]int, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -274,6 +293,9 @@ func TestConcurrentProvisionStorm(t *testing.T) {
 	}
 	if c := h.drv.count("EnsureBucket"); c != 1 {
 		t.Errorf("EnsureBucket called %d times, want 1", c)
+	}
+	if c := h.drv.count("Observe"); c != 1 {
+		t.Errorf("Observe called %d times, want 1 (the first request's look)", c)
 	}
 }
 

@@ -33,6 +33,34 @@
 // (10s) or until the caller's context ends, never failing at once with
 // "database is locked".
 //
+// Reads skip what they can prove unchanged. Get keeps the records it
+// decoded; a Get that finds the record's version unchanged in the file
+// reuses the decoded one instead of decoding the JSON again. It skips the
+// statement too while nothing has been committed to the file since that
+// record was last found current: every commit, by any connection of any
+// process, rewrites the WAL-index header at the start of the -shm file
+// (its change counter, last frame and checksums; https://www.sqlite.org/walformat.html),
+// which SQLite maps into every process that has the database open and
+// which its own readers consult to find the newest commit. The Store maps
+// that header read-only too, reads it (both copies, as SQLite's readers
+// do) before each statement and stores it with the record, or with the
+// fact that there was none; a later Get that finds the same header
+// answers from memory, any other goes to the file. The header is read before the statement, so a commit in between
+// can only make the stored header older (a needless read later), never
+// make an old record look current. A reader connection is held for the
+// Store's life, so that SQLite's lock on the -shm file keeps other
+// processes from reinitializing it while it is mapped, and the file's
+// descriptor stays open until the last Store of this process on that
+// database closes (closing any descriptor would drop the process's POSIX
+// locks on it). The -shm file mapped is the one SQLite names after the
+// database file with symbolic links resolved, as SQLite resolves them; and
+// a header that a commit of the Store's own writer leaves as it was is not
+// SQLite's (a stale file, an unknown layout), so the Store stops relying
+// on it for good. Every writer must use SQLite's shared-memory WAL index,
+// the default and what this package sets up: a process that opened the
+// file with locking_mode=EXCLUSIVE, which keeps the index in its own
+// memory, is not supported beside a running Store.
+//
 // The schema is versioned. Migrations are an ordered list of SQL scripts;
 // schema_migrations records which have run. Open applies the missing ones in
 // one transaction that takes the write lock at BEGIN, so two processes

@@ -47,6 +47,14 @@ type Store struct {
 	// JSON again (most of a Get's work; replays and polls read records
 	// that rarely change).
 	decoded decodedCache
+	// wal maps the WAL-index header, which every commit to the file, from
+	// any connection or process, rewrites: a Get that finds it as it was
+	// before the record was last read answers from decoded without a
+	// statement. nil (or unmapped) where it cannot be mapped.
+	wal *walIndex
+	// pin is a reader connection held open for the Store's life, so that
+	// this process keeps SQLite's lock on the -shm file that wal maps.
+	pin *sql.Conn
 	// unreadable holds the records reads could not decode (List skips them).
 	unreadable store.Unreadables
 }
@@ -101,15 +109,16 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		_ = writer.Close()
 		return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
 	}
-	n := max(4, runtime.GOMAXPROCS(0))
+	n := max(4, runtime.GOMAXPROCS(0)) + 1 // one is pin
 	readers.SetMaxOpenConns(n)
 	readers.SetMaxIdleConns(n)
-	if err := readers.PingContext(ctx); err != nil {
+	pin, err := pinWAL(ctx, readers)
+	if err != nil {
 		_ = writer.Close()
 		_ = readers.Close()
 		return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
 	}
-	st := &Store{writer: writer, readers: readers}
+	st := &Store{writer: writer, readers: readers, pin: pin, wal: openWALIndex(shmBase(abs))}
 	for _, p := range []struct {
 		db    *sql.DB
 		query string
@@ -121,6 +130,30 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		}
 	}
 	return st, nil
+}
+
+// shmBase is the path SQLite names the -wal and -shm files after: the
+// database file's, symbolic links resolved (as SQLite resolves them).
+func shmBase(path string) string {
+	if resolved, err := filepath.EvalSymlinks(path); err == nil {
+		return resolved
+	}
+	return path
+}
+
+// pinWAL takes a reader connection out of the pool and makes it read the
+// database, which opens (and, first in this process, locks) its -shm file.
+func pinWAL(ctx context.Context, readers *sql.DB) (*sql.Conn, error) {
+	c, err := readers.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var n int
+	if err := c.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 // createFile creates the database file with mode 0600 and its directory
@@ -182,7 +215,12 @@ func (s *Store) Close() error {
 			errs = append(errs, st.Close())
 		}
 	}
-	return errors.Join(append(errs, s.readers.Close(), s.writer.Close())...)
+	if err := s.pin.Close(); !errors.Is(err, sql.ErrConnDone) { // closed by an earlier Close
+		errs = append(errs, err)
+	}
+	errs = append(errs, s.readers.Close(), s.writer.Close())
+	// After the connections: they hold SQLite's locks on the -shm file.
+	return errors.Join(append(errs, s.wal.release())...)
 }
 
 // Insert implements engine.Store.
@@ -192,6 +230,7 @@ func (s *Store) Insert(ctx context.Context, r *engine.Record) error {
 		return fmt.Errorf("insert record %s/%s: %w", r.Kind, r.ID, err)
 	}
 
+	before, _ := s.wal.header()
 	// One statement: the primary key decides which of two concurrent
 	// inserts wins; there is no window between a check and the write.
 	res, err := s.insert.ExecContext(ctx,
@@ -207,19 +246,31 @@ func (s *Store) Insert(ctx context.Context, r *engine.Record) error {
 	if n == 0 {
 		return fmt.Errorf("insert record %s/%s: %w", r.Kind, r.ID, engine.ErrExists)
 	}
+	s.wal.checkCommitted(before)
 	r.Version, r.CreatedAt, r.UpdatedAt = c.Version, c.CreatedAt, c.UpdatedAt
 	return nil
 }
 
 // Get implements engine.Store.
 func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.Record, error) {
-	cached := s.decoded.get(kind, id)
-	var known int64 // versions start at 1
-	if cached != nil {
-		known = cached.Version
-	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, err)
+	}
+	// The header first, then the read: a commit between the two makes
+	// the header found later differ from this one, never the other way.
+	at, atOK := s.wal.header()
+	cached := s.decoded.get(kind, id)
+	if atOK && cached.atOK && cached.at == at {
+		// Nothing was committed to the file since the read that found
+		// this record current, or found none.
+		if cached.r == nil {
+			return nil, fmt.Errorf("get record %s/%s: %w", kind, id, engine.ErrNotFound)
+		}
+		return cached.r.Clone(), nil
+	}
+	var known int64 // versions start at 1
+	if cached.r != nil {
+		known = cached.r.Version
 	}
 	var version int64
 	var data []byte
@@ -230,15 +281,19 @@ func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.R
 	// is bounded by busyTimeout.
 	err := s.get.QueryRowContext(context.WithoutCancel(ctx), known, kind, id).Scan(&version, &data)
 	if errors.Is(err, sql.ErrNoRows) {
+		// Kept too: identical requests for a new id (a storm of PUTs)
+		// each look before one of them inserts.
+		s.decoded.put(kind, id, decoded{at: at, atOK: atOK})
 		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, engine.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, err)
 	}
-	if data == nil && cached != nil && version == known {
+	if data == nil && cached.r != nil && version == known {
 		// Versions only grow, by one per committed write, and records are
 		// never deleted: the same version is the same record.
-		return cached.Clone(), nil
+		s.decoded.put(kind, id, decoded{r: cached.r, at: at, atOK: atOK})
+		return cached.r.Clone(), nil
 	}
 	r, err := store.Decode(version, data)
 	if err != nil {
@@ -246,7 +301,7 @@ func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.R
 		return nil, fmt.Errorf("get record %s/%s: %w", kind, id, err)
 	}
 	s.unreadable.Readable(kind, id)
-	s.decoded.put(r.Clone())
+	s.decoded.put(kind, id, decoded{r: r.Clone(), at: at, atOK: atOK})
 	return r, nil
 }
 
@@ -254,12 +309,14 @@ func (s *Store) Get(ctx context.Context, kind engine.Kind, id string) (*engine.R
 // each).
 const decodedCacheSize = 4096
 
-// decodedCache maps a record's key to the record as last decoded. It is
-// only ever a shortcut past the JSON: Get checks the version in the file
-// first, so records written by another Store or process are never missed.
+// decodedCache maps a record's key to the record as last decoded, or to
+// none when the last read found none. It is only ever a shortcut: Get
+// checks the version in the file first, or that the WAL-index header is
+// the one it read before the record was last found current (or missing),
+// so records written by another Store or process are never missed.
 type decodedCache struct {
 	mu sync.Mutex
-	m  map[decodedKey]*engine.Record
+	m  map[decodedKey]decoded
 }
 
 type decodedKey struct {
@@ -267,28 +324,37 @@ type decodedKey struct {
 	id   string
 }
 
-func (c *decodedCache) get(kind engine.Kind, id string) *engine.Record {
+// decoded is a record (owned by the cache: never changed, only cloned),
+// or nil for none, and the WAL-index header read before a read that found
+// it current (at, when atOK). An entry without a record is only ever used
+// with its header.
+type decoded struct {
+	r    *engine.Record
+	at   walHeader
+	atOK bool
+}
+
+func (c *decodedCache) get(kind engine.Kind, id string) decoded {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.m[decodedKey{kind, id}]
 }
 
-// put keeps r, which the cache owns from now on; when full, it first
-// forgets an arbitrary record.
-func (c *decodedCache) put(r *engine.Record) {
+// put keeps d; when full, it first forgets an arbitrary record.
+func (c *decodedCache) put(kind engine.Kind, id string, d decoded) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
-		c.m = make(map[decodedKey]*engine.Record)
+		c.m = make(map[decodedKey]decoded)
 	}
-	k := decodedKey{r.Kind, r.ID}
+	k := decodedKey{kind, id}
 	if _, ok := c.m[k]; !ok && len(c.m) >= decodedCacheSize {
 		for old := range c.m {
 			delete(c.m, old)
 			break
 		}
 	}
-	c.m[k] = r
+	c.m[k] = d
 }
 
 // Update implements engine.Store.
@@ -298,6 +364,7 @@ func (s *Store) Update(ctx context.Context, r *engine.Record) error {
 		return fmt.Errorf("update record %s/%s: %w", r.Kind, r.ID, err)
 	}
 
+	before, _ := s.wal.header()
 	// Compare-and-swap in one statement: the version check and the write
 	// cannot be separated by another writer.
 	res, err := s.update.ExecContext(ctx,
@@ -325,6 +392,7 @@ func (s *Store) Update(ctx context.Context, r *engine.Record) error {
 		}
 		return fmt.Errorf("update record %s/%s at version %d: %w", r.Kind, r.ID, r.Version, engine.ErrStale)
 	}
+	s.wal.checkCommitted(before)
 	r.Version, r.CreatedAt, r.UpdatedAt = c.Version, c.CreatedAt, c.UpdatedAt
 	return nil
 }
