@@ -29,6 +29,10 @@ const walIndexHeaderWords = 2 * len(walHeader{})
 // that has the file open.
 type walIndex struct {
 	key walIndexKey
+	// mu is held for reading while the header is read and for writing
+	// while the mapping is released: a Get racing Close reads the header
+	// before the unmapping or finds no mapping, never unmapped memory.
+	mu sync.RWMutex
 	// words is the mapping, nil once released (a Get after Close then
 	// goes to the closed database and fails, never to unmapped memory).
 	words atomic.Pointer[[walIndexHeaderWords]uint32]
@@ -45,9 +49,14 @@ func (w *walIndex) header() (walHeader, bool) {
 	if w == nil {
 		return h1, false
 	}
+	w.mu.RLock()
+	defer w.mu.RUnlock()
 	words := w.words.Load()
 	if words == nil {
 		return h1, false
+	}
+	if testHookHeaderRead != nil {
+		testHookHeaderRead()
 	}
 	for i := range h1 {
 		h1[i] = atomic.LoadUint32(&words[i])
@@ -59,6 +68,10 @@ func (w *walIndex) header() (walHeader, bool) {
 	isInit := (*[48]byte)(unsafe.Pointer(&h1))[12]
 	return h1, h1 == h2 && isInit != 0
 }
+
+// testHookHeaderRead, when set by a test, runs in header between taking
+// the mapping and reading it.
+var testHookHeaderRead func()
 
 // checkCommitted is called after a commit of this Store's writer, with
 // the header read before it: a commit rewrites the header before it
@@ -145,7 +158,9 @@ func (w *walIndex) release() error {
 	if w == nil || w.released.Swap(true) {
 		return nil
 	}
+	w.mu.Lock()
 	w.words.Store(nil)
+	w.mu.Unlock()
 	walIndexes.Lock()
 	defer walIndexes.Unlock()
 	wf, ok := walIndexes.m[w.key]

@@ -3,13 +3,17 @@
 package sqlite
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/bucketbroker/bucketbroker/internal/engine"
 )
@@ -217,6 +221,47 @@ func TestStoresShareOneMapping(t *testing.T) {
 	}
 	if _, ok := b.wal.header(); !ok {
 		t.Fatal("the other Store's header is gone")
+	}
+}
+
+// TestCloseDuringGets: a Get reading the mapped header while the Store
+// closes finishes its read before the mapping goes (the release waits for
+// it): without that, the read after the pause below faults on unmapped
+// memory and the test binary dies.
+func TestCloseDuringGets(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bucketbroker.db")
+	s, err := Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Insert(t.Context(), record("b1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(t.Context(), engine.KindBinding, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	inRead := make(chan struct{})
+	var once sync.Once
+	testHookHeaderRead = func() {
+		once.Do(func() {
+			close(inRead)
+			// Give Close the time to release the mapping, were it not
+			// waiting for this read.
+			time.Sleep(100 * time.Millisecond)
+		})
+	}
+	defer func() { testHookHeaderRead = nil }()
+	got := make(chan error, 1)
+	go func() {
+		_, err := s.Get(context.Background(), engine.KindBinding, "b1")
+		got <- err
+	}()
+	<-inRead
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil && !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("Get during Close: %v, want the record or a closed-database error", err)
 	}
 }
 
