@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -136,7 +137,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Prefix: opts.Prefix, Findings: []Finding{}, Skipped: []Skipped{}} // [] in JSON, not null
-	j := &judge{prefix: opts.Prefix, rep: rep, noDriver: opts.Driver == nil, ups: map[string]Upstream{}}
+	j := &judge{prefix: opts.Prefix, rep: rep, noDriver: opts.Driver == nil, ups: map[string]Upstream{}, why: map[*resource]string{}}
 	for _, u := range opts.Upstreams {
 		j.ups[u.Name()] = u
 	}
@@ -162,8 +163,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	j.leaks(ResourceBucket, j.buckets)
-	j.leaks(ResourceUser, j.users)
+	j.leaks(ResourceBucket, engine.KindInstance, j.buckets)
+	j.leaks(ResourceUser, engine.KindBinding, j.users)
 	slices.SortStableFunc(j.skipResource, func(a, b Skipped) int {
 		return cmp.Or(cmp.Compare(resourceOrder[a.Resource], resourceOrder[b.Resource]), cmp.Compare(a.Name, b.Name))
 	})
@@ -220,7 +221,10 @@ type judge struct {
 	// sorted by mark.
 	buckets, users         []resource
 	bucketMarks, userMarks []int32
-	ups                    map[string]Upstream
+	// why a resource is a leak, when the record that carries its mark
+	// says so (a tombstone, another name): few, so not in resource.
+	why map[*resource]string
+	ups map[string]Upstream
 	// noDriver: no storage backend to compare bucket records with.
 	noDriver bool
 	// Skipped in the order the report has always listed them: records in
@@ -231,18 +235,22 @@ type judge struct {
 
 // resource is what the audit keeps of a judged bucket or user: its name,
 // mark and keys as the inventory listed them, and the verdict of the
-// records read so far.
+// records read so far. The mark is kept as its hash: its kind is the
+// resource's (instance for a bucket, binding for a user, as judged
+// requires); the keys as one string.
 type resource struct {
-	name, mark string
-	keys       []string // a user's access key ids, sorted
+	name string
+	mark driver.MarkHash
+	keys string // a user's access key ids, sorted, keySep between them
 	// seen is the record that carries the mark, if one has come: a
-	// tombstone, or a live one (which a tombstone does not overrule).
-	seen seen
-	// why is why it is a leak, when the record that carries its mark
-	// says so; owned when a live record owns it.
-	why   string
+	// tombstone, or a live one (which a tombstone does not overrule);
+	// owned when a live record owns it.
+	seen  seen
 	owned bool
 }
+
+// keySep separates a user's access key ids in resource.keys.
+const keySep = "\x00"
 
 type seen uint8
 
@@ -259,13 +267,13 @@ func (j *judge) inventory(inv driver.Inventory) error {
 	j.rep.Buckets += len(inv.Buckets)
 	j.rep.Users += len(inv.Users)
 	for _, b := range inv.Buckets {
-		if j.judged(ResourceBucket, b.Name, b.Owner, engine.KindInstance) {
-			j.buckets = append(j.buckets, resource{name: b.Name, mark: b.Owner})
+		if h, ok := j.judged(ResourceBucket, b.Name, b.Owner, engine.KindInstance); ok {
+			j.buckets = append(j.buckets, resource{name: b.Name, mark: h})
 		}
 	}
 	for _, u := range inv.Users {
-		if j.judged(ResourceUser, u.Name, u.Owner, engine.KindBinding) {
-			j.users = append(j.users, resource{name: u.Name, mark: u.Owner, keys: slices.Clip(u.KeyIDs)})
+		if h, ok := j.judged(ResourceUser, u.Name, u.Owner, engine.KindBinding); ok {
+			j.users = append(j.users, resource{name: u.Name, mark: h, keys: strings.Join(u.KeyIDs, keySep)})
 		}
 	}
 	return nil
@@ -286,13 +294,13 @@ func marksOf(rs []resource) []int32 {
 	for i := range idx {
 		idx[i] = int32(i)
 	}
-	slices.SortFunc(idx, func(a, b int32) int { return strings.Compare(rs[a].mark, rs[b].mark) })
+	slices.SortFunc(idx, func(a, b int32) int { return bytes.Compare(rs[a].mark[:], rs[b].mark[:]) })
 	return idx
 }
 
 // carrying returns the indexes, in rs, of the resources that carry mark.
-func carrying(rs []resource, byMark []int32, mark string) []int32 {
-	cmpMark := func(i int32, m string) int { return strings.Compare(rs[i].mark, m) }
+func carrying(rs []resource, byMark []int32, mark driver.MarkHash) []int32 {
+	cmpMark := func(i int32, m driver.MarkHash) int { return bytes.Compare(rs[i].mark[:], m[:]) }
 	lo, _ := slices.BinarySearchFunc(byMark, mark, cmpMark)
 	hi := lo
 	for hi < len(byMark) && rs[byMark[hi]].mark == mark {
@@ -305,11 +313,17 @@ func carrying(rs []resource, byMark []int32, mark string) []int32 {
 // resources that carry its mark, and checks the resources of a ready one.
 func (j *judge) record(ctx context.Context, r *engine.Record) {
 	if r.Owner != "" {
-		for _, i := range carrying(j.buckets, j.bucketMarks, r.Owner) {
-			j.owner(&j.buckets[i], r)
-		}
-		for _, i := range carrying(j.users, j.userMarks, r.Owner) {
-			j.owner(&j.users[i], r)
+		h, ok := driver.HashOfMark(r.Owner)
+		k, _ := driver.ParseOwnerMark(r.Owner)
+		switch {
+		case ok && k == string(engine.KindInstance):
+			for _, i := range carrying(j.buckets, j.bucketMarks, h) {
+				j.owner(&j.buckets[i], r)
+			}
+		case ok && k == string(engine.KindBinding):
+			for _, i := range carrying(j.users, j.userMarks, h) {
+				j.owner(&j.users[i], r)
+			}
 		}
 		if r.Phase != engine.PhaseDeleted && !r.Op.Finished() {
 			j.rep.Skipped = append(j.rep.Skipped, Skipped{Record: recordName(r),
@@ -335,20 +349,22 @@ func (j *judge) owner(res *resource, r *engine.Record) {
 	}
 	if r.Phase == engine.PhaseDeleted {
 		if res.seen == seenNone {
-			res.seen, res.why = seenGone, fmt.Sprintf("%s was deleted (%s) but this remains", recordName(r), r.Op.Type)
+			res.seen = seenGone
+			j.why[res] = fmt.Sprintf("%s was deleted (%s) but this remains", recordName(r), r.Op.Type)
 		}
 		return
 	}
-	res.seen, res.why, res.owned = seenLive, "", false
+	res.seen, res.owned = seenLive, false
+	delete(j.why, res)
 	if name != res.name && r.Op.Finished() {
-		res.why = fmt.Sprintf("carries the mark of %s, whose resource is named %q", recordName(r), name)
+		j.why[res] = fmt.Sprintf("carries the mark of %s, whose resource is named %q", recordName(r), name)
 		return
 	}
 	res.owned = true
-	if res.keys == nil || !r.Op.Finished() {
+	if res.keys == "" || !r.Op.Finished() {
 		return
 	}
-	for _, k := range res.keys {
+	for k := range strings.SplitSeq(res.keys, keySep) {
 		if k == r.AccessKeyID {
 			continue
 		}
@@ -357,18 +373,19 @@ func (j *judge) owner(res *resource, r *engine.Record) {
 			detail = "the record holds no key"
 		}
 		j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindUnknownKey, Resource: ResourceKey, Name: k, User: res.name,
-			Owner: res.mark, Record: recordName(r), Detail: detail, version: r.Version})
+			Owner: r.Owner, Record: recordName(r), Detail: detail, version: r.Version})
 	}
 }
 
 // judged reports whether a resource of this type, name and mark is ours
-// to judge, and notes why not otherwise.
-func (j *judge) judged(resource, name, mark string, kind engine.Kind) bool {
-	skip := func(reason string) bool {
+// to judge, with its mark's hash, and notes why not otherwise.
+func (j *judge) judged(resource, name, mark string, kind engine.Kind) (driver.MarkHash, bool) {
+	skip := func(reason string) (driver.MarkHash, bool) {
 		j.skipResource = append(j.skipResource, Skipped{Resource: resource, Name: name, Reason: reason})
-		return false
+		return driver.MarkHash{}, false
 	}
 	k, ok := driver.ParseOwnerMark(mark)
+	h, _ := driver.HashOfMark(mark)
 	switch {
 	case !ok:
 		return skip(fmt.Sprintf("owner mark %q is not one this version makes", mark))
@@ -377,20 +394,23 @@ func (j *judge) judged(resource, name, mark string, kind engine.Kind) bool {
 	case k != string(kind):
 		return skip(fmt.Sprintf("owner mark of a %s: not kept in this store", k))
 	}
-	return true
+	return h, true
 }
 
-// leaks reports the judged resources no live record owns.
-func (j *judge) leaks(resourceType string, rs []resource) {
-	for _, res := range rs {
+// leaks reports the judged resources no live record owns; kind is their
+// marks' (instance for buckets, binding for users).
+func (j *judge) leaks(resourceType string, kind engine.Kind, rs []resource) {
+	for i := range rs {
+		res := &rs[i]
 		if res.owned {
 			continue
 		}
-		why := res.why
+		why := j.why[res]
 		if res.seen == seenNone {
 			why = "no record carries its owner mark"
 		}
-		j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindLeak, Resource: resourceType, Name: res.name, Owner: res.mark, Detail: why})
+		j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindLeak, Resource: resourceType, Name: res.name,
+			Owner: driver.MarkOf(string(kind), res.mark), Detail: why})
 	}
 }
 
@@ -417,7 +437,7 @@ func (j *judge) missing(r *engine.Record) {
 		var owner string
 		i, ok := slices.BinarySearchFunc(j.buckets, name, byName)
 		if ok {
-			owner = j.buckets[i].mark
+			owner = driver.MarkOf(string(engine.KindInstance), j.buckets[i].mark)
 		}
 		if !ok || owner != r.Owner {
 			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindMissing, Resource: ResourceBucket, Name: name, Owner: r.Owner,
@@ -426,16 +446,17 @@ func (j *judge) missing(r *engine.Record) {
 		}
 	case engine.KindBinding:
 		var u resource
+		var owner string
 		i, ok := slices.BinarySearchFunc(j.users, name, byName)
 		if ok {
-			u = j.users[i]
+			u, owner = j.users[i], driver.MarkOf(string(engine.KindBinding), j.users[i].mark)
 		}
 		switch {
-		case !ok || u.mark != r.Owner:
+		case !ok || owner != r.Owner:
 			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindMissing, Resource: ResourceUser, Name: name, Owner: r.Owner,
-				Record: recordName(r), Detail: "ready binding without its user" + otherMark(u.mark, ok),
+				Record: recordName(r), Detail: "ready binding without its user" + otherMark(owner, ok),
 				Action: "not fixed: the application holds a key that cannot be restored; unbind and bind again from the platform"})
-		case !slices.Contains(u.keys, r.AccessKeyID):
+		case u.keys == "" || !slices.Contains(strings.Split(u.keys, keySep), r.AccessKeyID):
 			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindMissing, Resource: ResourceKey, Name: r.AccessKeyID, User: name, Owner: r.Owner,
 				Record: recordName(r), Detail: "ready binding whose user lacks the key it handed out",
 				Action: "not fixed: the application holds a key that cannot be restored; unbind and bind again from the platform"})
