@@ -19,10 +19,17 @@ import (
 // enough not to trip a server's request rate limits.
 const inventoryWorkers = 8
 
-// inventoryPage is how many buckets or users InventoryPages asks the
-// backend for at once (ListBuckets' max-buckets, ListUsers' MaxItems), and
-// so about what one of its pages holds. A variable for tests.
-var inventoryPage int32 = 1000
+// bucketPage and userPage are how many buckets and users InventoryPages
+// asks the backend for at once (ListBuckets' max-buckets, ListUsers'
+// MaxItems: each API's largest), and so about what one of its pages
+// holds. Buckets come 10,000 at a time because a server may read all of
+// them for every page (versitygw's posix backend reads its whole bucket
+// directory): 100,000 buckets cost 10 such reads, not 100. Variables for
+// tests.
+var (
+	bucketPage int32 = 10000
+	userPage   int32 = 1000
+)
 
 var _ driver.PagedAuditable = (*Driver)(nil)
 
@@ -43,8 +50,8 @@ func (d *Driver) Inventory(ctx context.Context, namePrefix string) (driver.Inven
 // InventoryPages implements driver.PagedAuditable. Buckets are listed
 // with ListBuckets and judged by their tags (one GetBucketTagging each);
 // users are listed under UserPath only, with their tags and keys; each
-// listing's page (inventoryPage, where the server pages) is judged and
-// handed out before the next is asked for. A bucket the driver may not
+// listing's page (bucketPage, userPage, where the server pages) is judged
+// and handed out before the next is asked for. A bucket the driver may not
 // read (HTTP 403) is someone else's and is left out, as is a resource
 // deleted while the listing runs.
 func (d *Driver) InventoryPages(ctx context.Context, namePrefix string, page func(driver.Inventory) error) error {
@@ -55,7 +62,7 @@ func (d *Driver) InventoryPages(ctx context.Context, namePrefix string, page fun
 }
 
 func (d *Driver) bucketPages(ctx context.Context, namePrefix string, page func(driver.Inventory) error) error {
-	in := &s3.ListBucketsInput{MaxBuckets: aws.Int32(inventoryPage)}
+	in := &s3.ListBucketsInput{MaxBuckets: aws.Int32(bucketPage)}
 	if namePrefix != "" {
 		in.Prefix = aws.String(namePrefix) // servers that ignore it are filtered below
 	}
@@ -118,7 +125,7 @@ func (d *Driver) ownedBuckets(ctx context.Context, names []string) ([]driver.Own
 }
 
 func (d *Driver) userPages(ctx context.Context, namePrefix string, page func(driver.Inventory) error) error {
-	pages := iam.NewListUsersPaginator(d.iam, &iam.ListUsersInput{PathPrefix: aws.String(UserPath), MaxItems: aws.Int32(inventoryPage)})
+	pages := iam.NewListUsersPaginator(d.iam, &iam.ListUsersInput{PathPrefix: aws.String(UserPath), MaxItems: aws.Int32(userPage)})
 	for pages.HasMorePages() {
 		out, err := pages.NextPage(ctx)
 		if err != nil {

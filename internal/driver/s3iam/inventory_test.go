@@ -15,9 +15,9 @@ import (
 // order, each judged (marks, keys) before it comes; together they are
 // what Inventory answers.
 func TestInventoryPages(t *testing.T) {
-	old := inventoryPage
-	inventoryPage = 2
-	t.Cleanup(func() { inventoryPage = old })
+	oldBuckets, oldUsers := bucketPage, userPage
+	bucketPage, userPage = 2, 2
+	t.Cleanup(func() { bucketPage, userPage = oldBuckets, oldUsers })
 	ctx := context.Background()
 	d := newDriver(t, serverConfig())
 	prefix := "bbtest-pages-" + randomHex(4)
