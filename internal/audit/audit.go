@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -121,10 +122,13 @@ var pageSize = 1000
 // Run compares the backend with the store and reports the differences. It
 // changes nothing.
 //
-// The inventory is held whole (the driver returns it so); the store's
-// records are read a page at a time and judged as they come, none kept
-// once its page is judged: what the audit holds beside the inventory is
-// a verdict per marked resource, a page of records, and the report.
+// The inventory is taken from the driver a page at a time
+// (driver.InventoryPages) and kept only as the judged resources' names,
+// marks and keys; the store's records are read a page at a time and
+// judged as they come, each resource's verdict settled by the record
+// that carries its mark, none kept once its page is judged: what the
+// audit holds is the judged resources, a page of the driver's or of the
+// store's, and the report.
 func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.Store == nil || (opts.Driver == nil && len(opts.Upstreams) == 0) {
 		return nil, errors.New("audit: a store and a driver or an upstream are required")
@@ -132,22 +136,18 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := driver.ValidatePrefix(opts.Prefix); err != nil {
 		return nil, err
 	}
-	// The backend first: see the package documentation.
-	var inv driver.Inventory
-	if opts.Driver != nil {
-		var err error
-		if inv, err = opts.Driver.Inventory(ctx, opts.Prefix+"-"); err != nil {
-			return nil, fmt.Errorf("list the backend: %w", err)
-		}
-	}
-	rep := &Report{Prefix: opts.Prefix, Buckets: len(inv.Buckets), Users: len(inv.Users),
-		Findings: []Finding{}, Skipped: []Skipped{}} // [] in JSON, not null
-	j := newJudge(opts.Prefix, inv, rep)
-	j.noDriver = opts.Driver == nil
-	j.ups = map[string]Upstream{}
+	rep := &Report{Prefix: opts.Prefix, Findings: []Finding{}, Skipped: []Skipped{}} // [] in JSON, not null
+	j := &judge{prefix: opts.Prefix, rep: rep, noDriver: opts.Driver == nil, ups: map[string]Upstream{}, why: map[*resource]string{}}
 	for _, u := range opts.Upstreams {
 		j.ups[u.Name()] = u
 	}
+	// The backend first: see the package documentation.
+	if opts.Driver != nil {
+		if err := driver.InventoryPages(ctx, opts.Driver, opts.Prefix+"-", j.inventory); err != nil {
+			return nil, fmt.Errorf("list the backend: %w", err)
+		}
+	}
+	j.index()
 	err := eachPage(ctx, opts.Store, func(page []*engine.Record) error {
 		// List skips records it cannot read: judged without them, their
 		// buckets and users would be leaks, and --fix would delete them.
@@ -163,14 +163,21 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	j.buckets()
-	j.users()
+	j.leaks(ResourceBucket, engine.KindInstance, j.buckets)
+	j.leaks(ResourceUser, engine.KindBinding, j.users)
+	slices.SortStableFunc(j.skipResource, func(a, b Skipped) int {
+		return cmp.Or(cmp.Compare(resourceOrder[a.Resource], resourceOrder[b.Resource]), cmp.Compare(a.Name, b.Name))
+	})
 	rep.Skipped = slices.Concat(rep.Skipped, j.skipResource, j.skipMissing, j.skipUpstream)
 	slices.SortFunc(rep.Findings, func(a, b Finding) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Resource, b.Resource), cmp.Compare(a.User, b.User), cmp.Compare(a.Name, b.Name))
 	})
 	return rep, nil
 }
+
+// resourceOrder is the order of the resources not judged in the report:
+// buckets, then users, each by name.
+var resourceOrder = map[string]int{ResourceBucket: 0, ResourceUser: 1}
 
 // eachPage calls fn with every record of the store, pageSize at a time,
 // in (kind, id) order.
@@ -203,18 +210,21 @@ func refuseUnreadable(s Store) error {
 	return nil
 }
 
-// judge holds the inventory and, for each owner mark a judged resource
-// carries, what the records said of it; the records themselves are judged
-// a page at a time (record) and not kept.
+// judge holds the judged resources of the inventory and what the records
+// have said of them so far; the records themselves are judged a page at
+// a time (record) and not kept.
 type judge struct {
 	prefix string
 	rep    *Report
-	inv    driver.Inventory
-	// judgedBuckets and judgedUsers are the inventory's indexes of the
-	// resources judged; marks holds what the records say of their marks.
-	judgedBuckets, judgedUsers []int
-	marks                      map[string]*markState
-	ups                        map[string]Upstream
+	// buckets and users are the judged resources, sorted by name once the
+	// inventory is in (index); bucketMarks and userMarks their indexes
+	// sorted by mark.
+	buckets, users         []resource
+	bucketMarks, userMarks []int32
+	// why a resource is a leak, when the record that carries its mark
+	// says so (a tombstone, another name): few, so not in resource.
+	why map[*resource]string
+	ups map[string]Upstream
 	// noDriver: no storage backend to compare bucket records with.
 	noDriver bool
 	// Skipped in the order the report has always listed them: records in
@@ -223,56 +233,96 @@ type judge struct {
 	skipResource, skipMissing, skipUpstream []Skipped
 }
 
-// markState is what the records say of one owner mark: its live record
-// and its tombstone, either nil.
-type markState struct {
-	live *owner
-	gone *owner
+// resource is what the audit keeps of a judged bucket or user: its name,
+// mark and keys as the inventory listed them, and the verdict of the
+// records read so far. The mark is kept as its hash: its kind is the
+// resource's (instance for a bucket, binding for a user, as judged
+// requires); the keys as one string.
+type resource struct {
+	name string
+	mark driver.MarkHash
+	keys string // a user's access key ids, sorted, keySep between them
+	// seen is the record that carries the mark, if one has come: a
+	// tombstone, or a live one (which a tombstone does not overrule);
+	// owned when a live record owns it.
+	seen  seen
+	owned bool
 }
 
-// owner is what the audit keeps of a record that owns a judged resource.
-type owner struct {
-	record    string // "kind/id"
-	name      string // its bucket or user
-	opType    engine.OpType
-	finished  bool
-	accessKey string
-	version   int64
-}
+// keySep separates a user's access key ids in resource.keys.
+const keySep = "\x00"
 
-func newJudge(prefix string, inv driver.Inventory, rep *Report) *judge {
-	j := &judge{prefix: prefix, rep: rep, inv: inv, marks: map[string]*markState{}}
-	// Sorted by name (driver.Inventory), for missing's look-ups.
-	slices.SortFunc(j.inv.Buckets, func(a, b driver.OwnedBucket) int { return strings.Compare(a.Name, b.Name) })
-	slices.SortFunc(j.inv.Users, func(a, b driver.OwnedUser) int { return strings.Compare(a.Name, b.Name) })
-	for i, b := range j.inv.Buckets {
-		if j.judged(ResourceBucket, b.Name, b.Owner, engine.KindInstance) {
-			j.judgedBuckets = append(j.judgedBuckets, i)
-			j.marks[b.Owner] = &markState{}
+type seen uint8
+
+const (
+	seenNone seen = iota
+	seenGone
+	seenLive
+)
+
+// inventory takes one page of the driver's inventory: the resources to
+// judge are kept (their names, marks and keys, not the page), the others
+// noted as not judged.
+func (j *judge) inventory(inv driver.Inventory) error {
+	j.rep.Buckets += len(inv.Buckets)
+	j.rep.Users += len(inv.Users)
+	for _, b := range inv.Buckets {
+		if h, ok := j.judged(ResourceBucket, b.Name, b.Owner, engine.KindInstance); ok {
+			j.buckets = append(j.buckets, resource{name: b.Name, mark: h})
 		}
 	}
-	for i, u := range j.inv.Users {
-		if j.judged(ResourceUser, u.Name, u.Owner, engine.KindBinding) {
-			j.judgedUsers = append(j.judgedUsers, i)
-			j.marks[u.Owner] = &markState{}
+	for _, u := range inv.Users {
+		if h, ok := j.judged(ResourceUser, u.Name, u.Owner, engine.KindBinding); ok {
+			j.users = append(j.users, resource{name: u.Name, mark: h, keys: strings.Join(u.KeyIDs, keySep)})
 		}
 	}
-	return j
+	return nil
 }
 
-// record judges one record of the store: notes it as the owner of its
-// mark, and checks the resources of a ready one.
+// index sorts the judged resources by name (the pages are, each; their
+// order between them is the backend's) and makes their indexes by mark.
+func (j *judge) index() {
+	names := func(a, b resource) int { return strings.Compare(a.name, b.name) }
+	slices.SortFunc(j.buckets, names)
+	slices.SortFunc(j.users, names)
+	j.buckets, j.users = slices.Clip(j.buckets), slices.Clip(j.users)
+	j.bucketMarks, j.userMarks = marksOf(j.buckets), marksOf(j.users)
+}
+
+func marksOf(rs []resource) []int32 {
+	idx := make([]int32, len(rs))
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	slices.SortFunc(idx, func(a, b int32) int { return bytes.Compare(rs[a].mark[:], rs[b].mark[:]) })
+	return idx
+}
+
+// carrying returns the indexes, in rs, of the resources that carry mark.
+func carrying(rs []resource, byMark []int32, mark driver.MarkHash) []int32 {
+	cmpMark := func(i int32, m driver.MarkHash) int { return bytes.Compare(rs[i].mark[:], m[:]) }
+	lo, _ := slices.BinarySearchFunc(byMark, mark, cmpMark)
+	hi := lo
+	for hi < len(byMark) && rs[byMark[hi]].mark == mark {
+		hi++
+	}
+	return byMark[lo:hi]
+}
+
+// record judges one record of the store: settles the verdict of the
+// resources that carry its mark, and checks the resources of a ready one.
 func (j *judge) record(ctx context.Context, r *engine.Record) {
 	if r.Owner != "" {
-		if st := j.marks[r.Owner]; st != nil {
-			o := &owner{record: recordName(r), name: r.Bucket, opType: r.Op.Type, finished: r.Op.Finished(), accessKey: r.AccessKeyID, version: r.Version}
-			if r.Kind == engine.KindBinding {
-				o.name = r.UserName
+		h, ok := driver.HashOfMark(r.Owner)
+		k, _ := driver.ParseOwnerMark(r.Owner)
+		switch {
+		case ok && k == string(engine.KindInstance):
+			for _, i := range carrying(j.buckets, j.bucketMarks, h) {
+				j.owner(&j.buckets[i], r)
 			}
-			if r.Phase == engine.PhaseDeleted {
-				st.gone = o
-			} else {
-				st.live = o
+		case ok && k == string(engine.KindBinding):
+			for _, i := range carrying(j.users, j.userMarks, h) {
+				j.owner(&j.users[i], r)
 			}
 		}
 		if r.Phase != engine.PhaseDeleted && !r.Op.Finished() {
@@ -289,14 +339,53 @@ func (j *judge) record(ctx context.Context, r *engine.Record) {
 
 func recordName(r *engine.Record) string { return string(r.Kind) + "/" + r.ID }
 
+// owner settles the verdict of res, which carries r's mark: a live record
+// owns it if it names it (or is still at work), and its other keys are
+// unknown; a tombstone leaves it a leak, unless a live record owns it.
+func (j *judge) owner(res *resource, r *engine.Record) {
+	name := r.Bucket
+	if r.Kind == engine.KindBinding {
+		name = r.UserName
+	}
+	if r.Phase == engine.PhaseDeleted {
+		if res.seen == seenNone {
+			res.seen = seenGone
+			j.why[res] = fmt.Sprintf("%s was deleted (%s) but this remains", recordName(r), r.Op.Type)
+		}
+		return
+	}
+	res.seen, res.owned = seenLive, false
+	delete(j.why, res)
+	if name != res.name && r.Op.Finished() {
+		j.why[res] = fmt.Sprintf("carries the mark of %s, whose resource is named %q", recordName(r), name)
+		return
+	}
+	res.owned = true
+	if res.keys == "" || !r.Op.Finished() {
+		return
+	}
+	for k := range strings.SplitSeq(res.keys, keySep) {
+		if k == r.AccessKeyID {
+			continue
+		}
+		detail := fmt.Sprintf("the record holds key %s", r.AccessKeyID)
+		if r.AccessKeyID == "" {
+			detail = "the record holds no key"
+		}
+		j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindUnknownKey, Resource: ResourceKey, Name: k, User: res.name,
+			Owner: r.Owner, Record: recordName(r), Detail: detail, version: r.Version})
+	}
+}
+
 // judged reports whether a resource of this type, name and mark is ours
-// to judge, and notes why not otherwise.
-func (j *judge) judged(resource, name, mark string, kind engine.Kind) bool {
-	skip := func(reason string) bool {
+// to judge, with its mark's hash, and notes why not otherwise.
+func (j *judge) judged(resource, name, mark string, kind engine.Kind) (driver.MarkHash, bool) {
+	skip := func(reason string) (driver.MarkHash, bool) {
 		j.skipResource = append(j.skipResource, Skipped{Resource: resource, Name: name, Reason: reason})
-		return false
+		return driver.MarkHash{}, false
 	}
 	k, ok := driver.ParseOwnerMark(mark)
+	h, _ := driver.HashOfMark(mark)
 	switch {
 	case !ok:
 		return skip(fmt.Sprintf("owner mark %q is not one this version makes", mark))
@@ -305,56 +394,23 @@ func (j *judge) judged(resource, name, mark string, kind engine.Kind) bool {
 	case k != string(kind):
 		return skip(fmt.Sprintf("owner mark of a %s: not kept in this store", k))
 	}
-	return true
+	return h, true
 }
 
-// verdict returns the live record that owns a resource, or nil and why
-// none does.
-func (j *judge) verdict(mark, name string) (*owner, string) {
-	st := j.marks[mark]
-	if r := st.live; r != nil {
-		if r.name == name || !r.finished {
-			return r, ""
-		}
-		return nil, fmt.Sprintf("carries the mark of %s, whose resource is named %q", r.record, r.name)
-	}
-	if r := st.gone; r != nil {
-		return nil, fmt.Sprintf("%s was deleted (%s) but this remains", r.record, r.opType)
-	}
-	return nil, "no record carries its owner mark"
-}
-
-func (j *judge) buckets() {
-	for _, i := range j.judgedBuckets {
-		b := j.inv.Buckets[i]
-		if rec, why := j.verdict(b.Owner, b.Name); rec == nil {
-			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindLeak, Resource: ResourceBucket, Name: b.Name, Owner: b.Owner, Detail: why})
-		}
-	}
-}
-
-func (j *judge) users() {
-	for _, i := range j.judgedUsers {
-		u := j.inv.Users[i]
-		rec, why := j.verdict(u.Owner, u.Name)
-		if rec == nil {
-			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindLeak, Resource: ResourceUser, Name: u.Name, Owner: u.Owner, Detail: why})
+// leaks reports the judged resources no live record owns; kind is their
+// marks' (instance for buckets, binding for users).
+func (j *judge) leaks(resourceType string, kind engine.Kind, rs []resource) {
+	for i := range rs {
+		res := &rs[i]
+		if res.owned {
 			continue
 		}
-		if !rec.finished {
-			continue
+		why := j.why[res]
+		if res.seen == seenNone {
+			why = "no record carries its owner mark"
 		}
-		for _, k := range u.KeyIDs {
-			if k == rec.accessKey {
-				continue
-			}
-			detail := fmt.Sprintf("the record holds key %s", rec.accessKey)
-			if rec.accessKey == "" {
-				detail = "the record holds no key"
-			}
-			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindUnknownKey, Resource: ResourceKey, Name: k, User: u.Name,
-				Owner: u.Owner, Record: rec.record, Detail: detail, version: rec.version})
-		}
+		j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindLeak, Resource: resourceType, Name: res.name,
+			Owner: driver.MarkOf(string(kind), res.mark), Detail: why})
 	}
 }
 
@@ -379,9 +435,9 @@ func (j *judge) missing(r *engine.Record) {
 	switch r.Kind {
 	case engine.KindInstance:
 		var owner string
-		i, ok := slices.BinarySearchFunc(j.inv.Buckets, name, func(b driver.OwnedBucket, n string) int { return strings.Compare(b.Name, n) })
+		i, ok := slices.BinarySearchFunc(j.buckets, name, byName)
 		if ok {
-			owner = j.inv.Buckets[i].Owner
+			owner = driver.MarkOf(string(engine.KindInstance), j.buckets[i].mark)
 		}
 		if !ok || owner != r.Owner {
 			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindMissing, Resource: ResourceBucket, Name: name, Owner: r.Owner,
@@ -389,23 +445,26 @@ func (j *judge) missing(r *engine.Record) {
 				Action: "not fixed: an empty bucket would hide that the data is gone; deprovision and provision the instance again from the platform"})
 		}
 	case engine.KindBinding:
-		var u driver.OwnedUser
-		i, ok := slices.BinarySearchFunc(j.inv.Users, name, func(u driver.OwnedUser, n string) int { return strings.Compare(u.Name, n) })
+		var u resource
+		var owner string
+		i, ok := slices.BinarySearchFunc(j.users, name, byName)
 		if ok {
-			u = j.inv.Users[i]
+			u, owner = j.users[i], driver.MarkOf(string(engine.KindBinding), j.users[i].mark)
 		}
 		switch {
-		case !ok || u.Owner != r.Owner:
+		case !ok || owner != r.Owner:
 			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindMissing, Resource: ResourceUser, Name: name, Owner: r.Owner,
-				Record: recordName(r), Detail: "ready binding without its user" + otherMark(u.Owner, ok),
+				Record: recordName(r), Detail: "ready binding without its user" + otherMark(owner, ok),
 				Action: "not fixed: the application holds a key that cannot be restored; unbind and bind again from the platform"})
-		case !slices.Contains(u.KeyIDs, r.AccessKeyID):
+		case u.keys == "" || !slices.Contains(strings.Split(u.keys, keySep), r.AccessKeyID):
 			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindMissing, Resource: ResourceKey, Name: r.AccessKeyID, User: name, Owner: r.Owner,
 				Record: recordName(r), Detail: "ready binding whose user lacks the key it handed out",
 				Action: "not fixed: the application holds a key that cannot be restored; unbind and bind again from the platform"})
 		}
 	}
 }
+
+func byName(res resource, name string) int { return strings.Compare(res.name, name) }
 
 func otherMark(owner string, found bool) string {
 	if found {

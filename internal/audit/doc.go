@@ -58,23 +58,27 @@
 //
 // # Memory
 //
+// The inventory is taken a page at a time (driver.InventoryPages) and of
+// each page only the judged resources' names, marks and keys are kept.
 // The store is read a page at a time (engine.ListOptions.Limit, 1,000
-// records) and each page judged as it comes: a record's resources are
-// looked up in the inventory by name, and what a record says of its owner
-// mark is kept only for the marks a judged resource carries (its name,
-// key, version and state, not the record). The inventory is held whole,
-// as driver.Auditable returns it. Fix reads the store in pages too and
-// keeps the live records of its findings' marks only.
+// records) and each page judged as it comes: a record settles the
+// verdict of the resources that carry its mark (found through an index
+// of them by mark) and its own resources are looked up by name; nothing
+// of the record is kept but the findings it makes. Fix reads the store in
+// pages too and keeps the live records of its findings' marks only. What
+// grows with the instances is the judged resources alone: names and marks
+// and keys can only be compared side by side in one order, and the
+// store's order (kind, id) is not the backend's (names).
 //
 // # Races with a running broker
 //
-// The inventory is read before the store. A record is written before any
-// backend change (intent first), so every resource the inventory saw has
-// its record in the store read that follows, unless the record was
-// deleted in between. The pages are read one after the other, not in one
-// snapshot, but every page is read after the inventory, and a listing in
-// pages sees every record that existed throughout exactly once (records
-// are never removed: a deleted one is a tombstone), so the argument holds
-// page by page. Fix reads the store again right before it acts and leaves
+// The inventory is read, every page of it, before the store. A record is
+// written before any backend change (intent first), so every resource the
+// inventory saw has its record in the store read that follows, unless the
+// record was deleted in between. The pages are read one after the other,
+// not in one snapshot, but every page is read after the inventory, and a
+// listing in pages sees every record that existed throughout exactly once
+// (records are never removed: a deleted one is a tombstone), so the
+// argument holds page by page. Fix reads the store again right before it acts and leaves
 // any finding whose record has since changed.
 package audit

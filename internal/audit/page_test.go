@@ -2,8 +2,10 @@ package audit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/bucketbroker/bucketbroker/internal/audit"
+	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
 	"github.com/bucketbroker/bucketbroker/internal/engine"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
@@ -70,12 +73,76 @@ func (s *heldStore) held() int {
 	return n
 }
 
-// TestRecordsHeldAPageAtATime pins the audit's bounded memory, by count,
-// not by time or bytes: Run and Fix read the store in pages, and at each
-// page no more than the previous page's records are still reachable (none
-// once they return); the verdicts still join records and resources across
-// pages.
-func TestRecordsHeldAPageAtATime(t *testing.T) {
+// heldDriver wraps a driver: its inventory is handed out one resource a
+// page, each page a copy of its own watched through a weak pointer, so
+// that what is still reachable after a collection is what the audit
+// holds of the pages; Inventory, the whole at once, is refused.
+type heldDriver struct {
+	*s3iam.Driver
+	t *testing.T
+
+	handed   []func() bool // whether a page's resources are reachable
+	pages    int
+	mostHeld int // pages before the previous one reachable at a page
+}
+
+func (d *heldDriver) Inventory(context.Context, string) (driver.Inventory, error) {
+	d.t.Error("Inventory: the audit asked for the whole inventory at once, want it a page at a time")
+	return driver.Inventory{}, errors.New("whole inventory refused")
+}
+
+func (d *heldDriver) InventoryPages(ctx context.Context, prefix string, page func(driver.Inventory) error) error {
+	return d.Driver.InventoryPages(ctx, prefix, func(inv driver.Inventory) error {
+		for _, b := range inv.Buckets {
+			if err := d.hand(page, driver.Inventory{Buckets: []driver.OwnedBucket{b}}); err != nil {
+				return err
+			}
+		}
+		for _, u := range inv.Users {
+			u.KeyIDs = slices.Clone(u.KeyIDs)
+			if err := d.hand(page, driver.Inventory{Users: []driver.OwnedUser{u}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// hand hands out a page of one resource, watching the array that holds
+// it: a copy of the strings in it keeps it no longer, the page does.
+func (d *heldDriver) hand(page func(driver.Inventory) error, inv driver.Inventory) error {
+	d.mostHeld = max(d.mostHeld, d.held())
+	if len(inv.Buckets) > 0 {
+		p := weak.Make(&inv.Buckets[0])
+		d.handed = append(d.handed, func() bool { return p.Value() != nil })
+	} else {
+		p := weak.Make(&inv.Users[0])
+		d.handed = append(d.handed, func() bool { return p.Value() != nil })
+	}
+	d.pages++
+	return page(inv)
+}
+
+// held collects garbage and counts the pages handed out that are still
+// reachable.
+func (d *heldDriver) held() int {
+	runtime.GC()
+	n := 0
+	for _, alive := range d.handed {
+		if alive() {
+			n++
+		}
+	}
+	return n
+}
+
+// TestHeldAPageAtATime pins the audit's bounded memory, by count, not by
+// time or bytes: Run takes the driver's inventory in pages and keeps none
+// of them (only the judged resources' names, marks and keys); Run and Fix
+// read the store in pages, and at each page no more than the previous
+// page's records are still reachable (none once they return); the
+// verdicts still join records and resources across pages.
+func TestHeldAPageAtATime(t *testing.T) {
 	const page = 3
 	audit.SetPageSize(t, page)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
@@ -99,9 +166,20 @@ func TestRecordsHeldAPageAtATime(t *testing.T) {
 	must(t, w.drv.EnsureBucket(ctx, driver.BucketSpec{Name: w.bucket("stray"), Owner: driver.OwnerMark("instance", "stray")}))
 
 	st := &heldStore{t: t, inner: w.store, limit: page}
-	opts := audit.Options{Store: st, Driver: w.drv, Prefix: w.prefix}
+	drv := &heldDriver{Driver: w.drv, t: t}
+	opts := audit.Options{Store: st, Driver: drv, Prefix: w.prefix}
 	rep, err := audit.Run(ctx, opts)
 	must(t, err)
+	// Three buckets and a user, a page each.
+	if drv.pages != 4 {
+		t.Errorf("Run took the inventory in %d pages, want 4 of one resource", drv.pages)
+	}
+	if drv.mostHeld > 0 {
+		t.Errorf("Run held %d pages of the inventory at the next page, want none", drv.mostHeld)
+	}
+	if n := drv.held(); n != 0 {
+		t.Errorf("%d pages of the inventory still reachable after Run, want none", n)
+	}
 	want := []short{
 		{audit.KindLeak, audit.ResourceBucket, w.bucket("old-09"), "", false},
 		{audit.KindLeak, audit.ResourceBucket, w.bucket("stray"), "", false},

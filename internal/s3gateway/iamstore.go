@@ -65,18 +65,23 @@ type userStore struct {
 	migrated int
 
 	mu    sync.RWMutex
-	users map[string]*userShard // by strings.ToLower(user name)
+	users map[string]userEntry  // by strings.ToLower(user name)
 	keys  map[string]*userShard // by access key id
 	ids   map[string]bool       // user ids, unique across stores
-	// listed and sorted answer ListUsers without reading every user:
-	// the stored name and path of every user, by strings.ToLower(name),
-	// and the stored names in versitygw's listing order (bytes).
-	listed map[string]listing
+	// sorted and the entries' names and paths answer ListUsers without
+	// reading every user: the stored names in versitygw's listing order
+	// (bytes).
 	sorted []string
 }
 
-// listing is what ListUsers needs to know of a user before reading it.
-type listing struct{ name, path string }
+// userEntry is a user in the index: its store, and what ListUsers needs
+// to know of it before reading it, its stored name and path (empty while
+// the user is being created: not listed yet). One map for both: a user
+// costs one map slot, not two (issue 17's memory per instance).
+type userEntry struct {
+	sh         *userShard
+	name, path string
+}
 
 // userShard is the store of one user (or root's, of the older users).
 // Every call holds mu for reading; deleting the user holds it for writing
@@ -116,10 +121,9 @@ func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 		dir:    dir,
 		folder: folder,
 		root:   &userShard{store: root},
-		users:  map[string]*userShard{},
+		users:  map[string]userEntry{},
 		keys:   map[string]*userShard{},
 		ids:    map[string]bool{},
-		listed: map[string]listing{},
 	}
 	out, err := root.ListUsers(ctx, storage.ListUsersInput{})
 	if err != nil {
@@ -137,7 +141,7 @@ func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 	var files []*userFile
 	for _, e := range entries {
 		if name := e.Name(); !e.IsDir() && strings.HasSuffix(name, userFileSuffix) {
-			files = append(files, &userFile{folder: s.folder, base: name})
+			files = append(files, &userFile{folder: &s.folder, base: name})
 		}
 	}
 	// Read and decoded on every core; indexed in the files' order, so
@@ -168,6 +172,11 @@ func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 		return nil, err
 	}
 	for i, f := range files {
+		if f.base == userFileName(found[i].UserID) {
+			// Named by its id, as the store names them: the name is
+			// made from the id (shared with the index) when needed.
+			f.id, f.base = found[i].UserID, ""
+		}
 		if err := s.add(&userShard{store: f}, found[i]); err != nil {
 			return nil, err
 		}
@@ -257,7 +266,7 @@ func (s *userStore) migrate() ([]os.DirEntry, error) {
 		}
 		migrated.Add(int64(len(users)))
 		for _, u := range users {
-			f := &userFile{folder: s.folder, base: userFileName(u.UserID)}
+			f := &userFile{folder: &s.folder, id: u.UserID}
 			if err := f.write(u); err != nil {
 				return fmt.Errorf("open IAM store: migrate user %q from %s: %w", u.UserName, odir, err)
 			}
@@ -381,12 +390,11 @@ func unwrittenStore(dir string) (bool, error) {
 // only; s.sorted is sorted after).
 func (s *userStore) add(sh *userShard, users ...indexed) error {
 	for _, u := range users {
-		if other := s.users[strings.ToLower(u.UserName)]; other != nil {
+		if other := s.users[strings.ToLower(u.UserName)].sh; other != nil {
 			return fmt.Errorf("open IAM store: user %q is stored twice (%s and %s)", u.UserName, other.where(s.dir), sh.where(s.dir))
 		}
-		s.users[strings.ToLower(u.UserName)] = sh
+		s.users[strings.ToLower(u.UserName)] = userEntry{sh: sh, name: u.UserName, path: s.intern(u.Path)}
 		s.ids[u.UserID] = true
-		s.listed[strings.ToLower(u.UserName)] = listing{name: u.UserName, path: s.intern(u.Path)}
 		s.sorted = append(s.sorted, u.UserName)
 		for _, k := range u.AccessKeys {
 			if other := s.keys[k.AccessKeyID]; other != nil {
@@ -402,19 +410,27 @@ func (s *userStore) add(sh *userShard, users ...indexed) error {
 // it: they share a handful of paths (the driver's one).
 func (s *userStore) intern(path string) string { return unique.Make(path).Value() }
 
-// relist updates the listing after the user known as oldKey (empty for
-// none) became u (nil for none). Under s.mu.
-func (s *userStore) relist(oldKey string, u *types.User) {
-	if l, ok := s.listed[oldKey]; ok && oldKey != "" {
-		delete(s.listed, oldKey)
-		if i, found := slices.BinarySearch(s.sorted, l.name); found {
-			s.sorted = slices.Delete(s.sorted, i, i+1)
-		}
-	}
-	if u == nil {
+// unlist takes the user known as key out of the listing; its entry,
+// if any, stays in the index with its store. Under s.mu.
+func (s *userStore) unlist(key string) {
+	e, ok := s.users[key]
+	if !ok || e.name == "" {
 		return
 	}
-	s.listed[strings.ToLower(u.UserName)] = listing{name: u.UserName, path: s.intern(u.Path)}
+	if i, found := slices.BinarySearch(s.sorted, e.name); found {
+		s.sorted = slices.Delete(s.sorted, i, i+1)
+	}
+	e.name, e.path = "", ""
+	s.users[key] = e
+}
+
+// list puts u in the listing, as stored now: its entry in the index
+// (which has its store already) gets its name and path. Under s.mu.
+func (s *userStore) list(u *types.User) {
+	key := strings.ToLower(u.UserName)
+	e := s.users[key]
+	e.name, e.path = u.UserName, s.intern(u.Path)
+	s.users[key] = e
 	if i, found := slices.BinarySearch(s.sorted, u.UserName); !found {
 		s.sorted = slices.Insert(s.sorted, i, u.UserName)
 	}
@@ -450,7 +466,7 @@ func from[T any](with func(string, func(userStorer) error) error, id string, f f
 // under sh.mu.
 func (s *userStore) shard(name string) (*userShard, error) {
 	s.mu.RLock()
-	sh := s.users[strings.ToLower(name)]
+	sh := s.users[strings.ToLower(name)].sh
 	s.mu.RUnlock()
 	if sh == nil {
 		return nil, iamerr.NoSuchEntityUser(name)
@@ -502,14 +518,14 @@ func (s *userStore) CreateUser(ctx context.Context, user types.User) (*types.Use
 	defer sh.mu.Unlock()
 	s.mu.Lock()
 	switch {
-	case s.users[key] != nil:
+	case s.users[key].sh != nil:
 		s.mu.Unlock()
 		return nil, iamerr.EntityAlreadyExistsUser(user.UserName)
 	case s.ids[user.UserID]:
 		s.mu.Unlock()
 		return nil, storage.ErrUserIDAlreadyExists
 	}
-	s.users[key] = sh
+	s.users[key] = userEntry{sh: sh}
 	s.ids[user.UserID] = true
 	s.mu.Unlock()
 
@@ -522,12 +538,12 @@ func (s *userStore) CreateUser(ctx context.Context, user types.User) (*types.Use
 		delete(s.ids, user.UserID)
 		return nil, err
 	}
-	s.relist("", created)
+	s.list(created)
 	return created, nil
 }
 
 func (s *userStore) createIn(_ context.Context, sh *userShard, user types.User) (*types.User, error) {
-	f := &userFile{folder: s.folder, base: userFileName(user.UserID)}
+	f := &userFile{folder: &s.folder, id: user.UserID}
 	created, err := f.create(user)
 	if err != nil {
 		return nil, err
@@ -566,9 +582,9 @@ func (s *userStore) deleteFrom(ctx context.Context, sh *userShard, name string) 
 		return true, err
 	}
 	s.mu.Lock()
+	s.unlist(strings.ToLower(u.UserName))
 	delete(s.users, strings.ToLower(u.UserName))
 	delete(s.ids, u.UserID)
-	s.relist(strings.ToLower(u.UserName), nil)
 	s.mu.Unlock()
 	if sh != s.root { // root: other users live there
 		sh.gone = true
@@ -586,7 +602,8 @@ func (s *userStore) UpdateUser(ctx context.Context, input storage.UpdateUserInpu
 			if out, err = st.UpdateUser(ctx, input); err == nil {
 				// Its path, or the case of its name, may have changed.
 				s.mu.Lock()
-				s.relist(oldKey, out)
+				s.unlist(oldKey)
+				s.list(out)
 				s.mu.Unlock()
 			}
 			return err
@@ -595,7 +612,7 @@ func (s *userStore) UpdateUser(ctx context.Context, input storage.UpdateUserInpu
 	}
 	for {
 		s.mu.RLock()
-		sh := s.users[oldKey]
+		sh := s.users[oldKey].sh
 		s.mu.RUnlock()
 		if sh == nil {
 			return nil, iamerr.NoSuchEntityUser(input.UserName)
@@ -615,19 +632,20 @@ func (s *userStore) renameIn(ctx context.Context, sh *userShard, input storage.U
 		return nil, false, nil
 	}
 	s.mu.Lock()
-	if s.users[newKey] != nil {
+	if s.users[newKey].sh != nil {
 		s.mu.Unlock()
 		return nil, true, iamerr.EntityAlreadyExistsUser(input.NewUserName)
 	}
-	s.users[newKey] = sh
+	s.users[newKey] = userEntry{sh: sh}
 	s.mu.Unlock()
 	out, err := sh.store.UpdateUser(ctx, input)
 	s.mu.Lock()
 	if err != nil {
 		delete(s.users, newKey)
 	} else {
+		s.unlist(oldKey)
 		delete(s.users, oldKey)
-		s.relist(oldKey, out)
+		s.list(out)
 	}
 	s.mu.Unlock()
 	return out, true, err
@@ -656,7 +674,7 @@ func (s *userStore) ListUsers(ctx context.Context, input storage.ListUsersInput)
 		start = sort.Search(len(s.sorted), func(i int) bool { return s.sorted[i] > input.Marker })
 	}
 	for _, name := range s.sorted[start:] {
-		if !strings.HasPrefix(s.listed[strings.ToLower(name)].path, input.PathPrefix) {
+		if !strings.HasPrefix(s.users[strings.ToLower(name)].path, input.PathPrefix) {
 			continue
 		}
 		if len(page) == limit {

@@ -545,3 +545,43 @@ func TestListUsersReadsThePage(t *testing.T) {
 		t.Errorf("ListUsers after reopening:\n%s", cmp.Diff(want, got))
 	}
 }
+
+// TestIndexKeepsNoFileNames: the index keeps no file name for a user whose
+// file is named by its id, as the store names them (made from the id, the
+// string the index of ids holds, when needed: issue 17's memory per
+// user), after a create and after a reopen; a file named otherwise (by
+// hand) keeps its name, and its user is read and changed through it.
+func TestIndexKeepsNoFileNames(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openUserStore(t, dir)
+	for i, name := range []string{"alice", "bob"} {
+		if _, err := s.CreateUser(ctx, newUser(name, fmt.Sprintf("AIDA%04d", i))); err != nil {
+			t.Fatalf("CreateUser %s: %v", name, err)
+		}
+	}
+	if err := os.Rename(filepath.Join(dir, usersDir, userFileName("AIDA0001")), filepath.Join(dir, usersDir, "uhand.json")); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string, s *userStore, want map[string]string) {
+		t.Helper()
+		for name, base := range want {
+			f := s.users[name].sh.store.(*userFile)
+			if f.base != base {
+				t.Errorf("%s: %s's file kept as %q, want %q", when, name, f.base, base)
+			}
+			if _, err := os.Stat(f.path()); err != nil {
+				t.Errorf("%s: %s's file: %v", when, name, err)
+			}
+		}
+	}
+	check("created", s, map[string]string{"alice": ""})
+	s = openUserStore(t, dir)
+	check("reopened", s, map[string]string{"alice": "", "bob": "uhand.json"})
+	if err := s.TagUser(ctx, "bob", []types.Tag{{Key: "k", Value: "v"}}); err != nil {
+		t.Fatalf("TagUser bob, in a file named by hand: %v", err)
+	}
+	if out, err := s.ListUserTags(ctx, storage.ListUserTagsInput{UserName: "bob"}); err != nil || len(out.Tags) != 1 {
+		t.Errorf("ListUserTags bob: %+v, %v; want the tag", out, err)
+	}
+}

@@ -76,11 +76,20 @@ const (
 // case-insensitively as there.
 type userFile struct {
 	mu sync.RWMutex // held for writing by every read-modify-write
-	// The file is folder/base: folder is one string all users share.
-	folder, base string
+	// The file is *folder/userFileName(id), or *folder/base where base is
+	// set (a file named otherwise). folder is one string all users share;
+	// id is the string the store's index of ids holds: the name is made
+	// when needed rather than kept (48 bytes a user, issue 17).
+	folder   *string
+	id, base string
 }
 
-func (f *userFile) path() string { return filepath.Join(f.folder, f.base) }
+func (f *userFile) path() string {
+	if f.base != "" {
+		return filepath.Join(*f.folder, f.base)
+	}
+	return filepath.Join(*f.folder, userFileName(f.id))
+}
 
 var _ userStorer = (*userFile)(nil)
 

@@ -35,3 +35,29 @@ type OwnedUser struct {
 	Owner  string
 	KeyIDs []string
 }
+
+// PagedAuditable is implemented by an Auditable driver that can hand its
+// inventory out a page at a time, so that neither the driver nor the
+// audit holds the whole answer at once. It is optional: the audit takes
+// Inventory's answer as one page otherwise.
+type PagedAuditable interface {
+	Auditable
+	// InventoryPages lists what Inventory lists, calling page with a part
+	// of it at a time (each part sorted by name, buckets and users in
+	// parts of their own), and stops at page's first error, which it
+	// returns. The driver keeps nothing of a part once page returns.
+	InventoryPages(ctx context.Context, namePrefix string, page func(Inventory) error) error
+}
+
+// InventoryPages calls page with a's inventory: a page at a time where a is
+// a PagedAuditable, else its whole Inventory as one page.
+func InventoryPages(ctx context.Context, a Auditable, namePrefix string, page func(Inventory) error) error {
+	if p, ok := a.(PagedAuditable); ok {
+		return p.InventoryPages(ctx, namePrefix, page)
+	}
+	inv, err := a.Inventory(ctx, namePrefix)
+	if err != nil {
+		return err
+	}
+	return page(inv)
+}

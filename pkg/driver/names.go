@@ -110,6 +110,32 @@ func ParseOwnerMark(mark string) (kind string, ok bool) {
 	return m[1], true
 }
 
+// MarkHash is the hash an owner mark carries, as bytes: a mark is its
+// kind (ParseOwnerMark) and this, so that a program holding many marks
+// of one kind (the leak audit) can hold this instead.
+type MarkHash [20]byte
+
+// HashOfMark returns the hash of a mark made by OwnerMark, and false for
+// anything else.
+func HashOfMark(mark string) (MarkHash, bool) {
+	var h MarkHash
+	m := markRE.FindStringSubmatch(mark)
+	if m == nil {
+		return h, false
+	}
+	if _, err := hex.Decode(h[:], []byte(m[2])); err != nil {
+		return h, false
+	}
+	return h, true
+}
+
+// MarkOf returns the mark of the kind slug (as ParseOwnerMark returns it)
+// and hash h: HashOfMark's inverse, OwnerMark's answer for the kind and id
+// whose hash h is.
+func MarkOf(kind string, h MarkHash) string {
+	return MarkPrefix + kind + ":" + hex.EncodeToString(h[:])
+}
+
 // NameMatchesMark reports whether name is what BucketName or UserName
 // give, for prefix, the kind and id whose OwnerMark is mark: both hash the
 // same kind and id, so the name ends with the start of the mark's hash.

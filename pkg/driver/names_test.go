@@ -54,6 +54,24 @@ func TestOwnerMark(t *testing.T) {
 	}
 }
 
+// TestMarkHash: a mark is its kind and its hash, both ways; what
+// OwnerMark does not make has no hash.
+func TestMarkHash(t *testing.T) {
+	for _, kind := range []string{"instance", "binding", "claim"} {
+		m := OwnerMark(kind, "0b4c6e6a-8f1e-4b7c")
+		h, ok := HashOfMark(m)
+		k, _ := ParseOwnerMark(m)
+		if !ok || MarkOf(k, h) != m {
+			t.Errorf("HashOfMark(%q) = %x, %v; MarkOf(%q, it) = %q, want the mark back", m, h, ok, k, MarkOf(k, h))
+		}
+	}
+	for _, m := range []string{"", "bucketbroker:instance:", "bucketbroker:instance:" + strings.Repeat("g", 40), "other:instance:" + strings.Repeat("a", 40)} {
+		if h, ok := HashOfMark(m); ok {
+			t.Errorf("HashOfMark(%q) = %x, true; want false", m, h)
+		}
+	}
+}
+
 func TestValidatePrefix(t *testing.T) {
 	for _, tc := range []struct {
 		prefix string

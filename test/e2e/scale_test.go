@@ -29,6 +29,7 @@ var (
 	scaleConcurrency = flag.Int("scale-concurrency", 8, "clients provisioning and binding at once in the scale runs")
 	scaleStore       = flag.String("scale-store", "sqlite", "state store of the scale runs: sqlite (in the data dir) or postgres (hack/with-test-servers.sh)")
 	scaleProfile     = flag.String("scale-profile", "", "folder for the broker's profiles (through --pprof-listen): the heap after the load, and the CPU of the restart's first 5 s")
+	scaleKeep        = flag.String("scale-keep", "", "where to move the broker's data dir after the run (a path that does not exist, on the temporary folder's file system), to audit or serve it again")
 )
 
 // scaleResult is what one scale run measured.
@@ -259,6 +260,11 @@ func runScale(tb testing.TB, n int) scaleResult {
 	}
 	if r.audit.Code != 0 {
 		tb.Fatalf("admin audit at %d instances: exit %d, want 0 (no drift):\n%s", n, r.audit.Code, harness.Tail(r.audit.Output, 4000))
+	}
+	if *scaleKeep != "" {
+		if err := os.Rename(b.DataDir, *scaleKeep); err != nil {
+			tb.Fatalf("-scale-keep: %v", err)
+		}
 	}
 	return r
 }

@@ -19,43 +19,82 @@ import (
 // enough not to trip a server's request rate limits.
 const inventoryWorkers = 8
 
-var _ driver.Auditable = (*Driver)(nil)
+// bucketPage and userPage are how many buckets and users InventoryPages
+// asks the backend for at once (ListBuckets' max-buckets, ListUsers'
+// MaxItems: each API's largest), and so about what one of its pages
+// holds. Buckets come 10,000 at a time because a server may read all of
+// them for every page (versitygw's posix backend reads its whole bucket
+// directory): 100,000 buckets cost 10 such reads, not 100. Variables for
+// tests.
+var (
+	bucketPage int32 = 10000
+	userPage   int32 = 1000
+)
 
-// Inventory implements driver.Auditable. Buckets are listed with
-// ListBuckets and judged by their tags (one GetBucketTagging each); users
-// are listed under UserPath only, with their tags and keys. A bucket the
-// driver may not read (HTTP 403) is someone else's and is left out, as is a
-// resource deleted while the listing runs.
+var _ driver.PagedAuditable = (*Driver)(nil)
+
+// Inventory implements driver.Auditable: InventoryPages' pages gathered.
 func (d *Driver) Inventory(ctx context.Context, namePrefix string) (driver.Inventory, error) {
 	var inv driver.Inventory
-	var err error
-	if inv.Buckets, err = d.ownedBuckets(ctx, namePrefix); err != nil {
-		return driver.Inventory{}, err
-	}
-	if inv.Users, err = d.ownedUsers(ctx, namePrefix); err != nil {
+	err := d.InventoryPages(ctx, namePrefix, func(p driver.Inventory) error {
+		inv.Buckets = append(inv.Buckets, p.Buckets...)
+		inv.Users = append(inv.Users, p.Users...)
+		return nil
+	})
+	if err != nil {
 		return driver.Inventory{}, err
 	}
 	return inv, nil
 }
 
-func (d *Driver) ownedBuckets(ctx context.Context, namePrefix string) ([]driver.OwnedBucket, error) {
-	var names []string
-	in := &s3.ListBucketsInput{}
+// InventoryPages implements driver.PagedAuditable. Buckets are listed
+// with ListBuckets and judged by their tags (one GetBucketTagging each);
+// users are listed under UserPath only, with their tags and keys; each
+// listing's page (bucketPage, userPage, where the server pages) is judged
+// and handed out before the next is asked for. A bucket the driver may not
+// read (HTTP 403) is someone else's and is left out, as is a resource
+// deleted while the listing runs.
+func (d *Driver) InventoryPages(ctx context.Context, namePrefix string, page func(driver.Inventory) error) error {
+	if err := d.bucketPages(ctx, namePrefix, page); err != nil {
+		return err
+	}
+	return d.userPages(ctx, namePrefix, page)
+}
+
+func (d *Driver) bucketPages(ctx context.Context, namePrefix string, page func(driver.Inventory) error) error {
+	in := &s3.ListBucketsInput{MaxBuckets: aws.Int32(bucketPage)}
 	if namePrefix != "" {
 		in.Prefix = aws.String(namePrefix) // servers that ignore it are filtered below
 	}
 	pages := s3.NewListBucketsPaginator(d.s3, in)
 	for pages.HasMorePages() {
-		page, err := pages.NextPage(ctx)
+		out, err := pages.NextPage(ctx)
 		if err != nil {
-			return nil, mapBucketErr(err, "list buckets")
+			return mapBucketErr(err, "list buckets")
 		}
-		for _, b := range page.Buckets {
+		var names []string
+		for _, b := range out.Buckets {
 			if n := aws.ToString(b.Name); strings.HasPrefix(n, namePrefix) {
 				names = append(names, n)
 			}
 		}
+		owned, err := d.ownedBuckets(ctx, names)
+		if err != nil {
+			return err
+		}
+		if len(owned) == 0 {
+			continue
+		}
+		if err := page(driver.Inventory{Buckets: owned}); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// ownedBuckets returns the buckets of names that carry an owner mark,
+// sorted by name.
+func (d *Driver) ownedBuckets(ctx context.Context, names []string) ([]driver.OwnedBucket, error) {
 	owners, err := forEach(ctx, names, func(ctx context.Context, name string) (string, error) {
 		out, err := d.s3.GetBucketTagging(ctx, &s3.GetBucketTaggingInput{Bucket: &name})
 		switch {
@@ -85,20 +124,36 @@ func (d *Driver) ownedBuckets(ctx context.Context, namePrefix string) ([]driver.
 	return owned, nil
 }
 
-func (d *Driver) ownedUsers(ctx context.Context, namePrefix string) ([]driver.OwnedUser, error) {
-	var names []string
-	pages := iam.NewListUsersPaginator(d.iam, &iam.ListUsersInput{PathPrefix: aws.String(UserPath)})
+func (d *Driver) userPages(ctx context.Context, namePrefix string, page func(driver.Inventory) error) error {
+	pages := iam.NewListUsersPaginator(d.iam, &iam.ListUsersInput{PathPrefix: aws.String(UserPath), MaxItems: aws.Int32(userPage)})
 	for pages.HasMorePages() {
-		page, err := pages.NextPage(ctx)
+		out, err := pages.NextPage(ctx)
 		if err != nil {
-			return nil, mapIAMErr(err, "list users under %s", UserPath)
+			return mapIAMErr(err, "list users under %s", UserPath)
 		}
-		for _, u := range page.Users {
+		var names []string
+		for _, u := range out.Users {
 			if n := aws.ToString(u.UserName); strings.HasPrefix(n, namePrefix) {
 				names = append(names, n)
 			}
 		}
+		owned, err := d.ownedUsers(ctx, names)
+		if err != nil {
+			return err
+		}
+		if len(owned) == 0 {
+			continue
+		}
+		if err := page(driver.Inventory{Users: owned}); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// ownedUsers returns the users of names that carry an owner mark, with
+// their keys, sorted by name.
+func (d *Driver) ownedUsers(ctx context.Context, names []string) ([]driver.OwnedUser, error) {
 	users, err := forEach(ctx, names, func(ctx context.Context, name string) (driver.OwnedUser, error) {
 		u, err := d.observeUser(ctx, name)
 		if err != nil || !u.exists || !strings.HasPrefix(u.owner, driver.MarkPrefix) {

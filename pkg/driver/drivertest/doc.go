@@ -33,8 +33,10 @@
 //
 // A driver that implements the optional driver.Auditable (the leak audit's
 // inventory) is checked under Inventory/*: it lists its own marked bucket
-// and user with their keys, leaves out unmarked ones, and DeleteAccessKey
-// deletes one key of its own users only. Drivers without it skip those.
+// and user with their keys, leaves out unmarked ones (and, where it is a
+// driver.PagedAuditable, InventoryPages' pages together say the same), and
+// DeleteAccessKey deletes one key of its own users only. Drivers without
+// it skip those.
 //
 // Bucket/Versioning checks a bucket made with BucketSpec.Versioning: the
 // server keeps two versions of a key put twice, a repeated EnsureBucket

@@ -57,6 +57,20 @@ func (s *suite) testInventory(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Inventory(%q): -want +got:\n%s", ours.bucket, diff)
 	}
+	if p, ok := a.(driver.PagedAuditable); ok {
+		var paged driver.Inventory
+		err := p.InventoryPages(ctx, ours.bucket, func(inv driver.Inventory) error {
+			paged.Buckets = append(paged.Buckets, inv.Buckets...)
+			paged.Users = append(paged.Users, inv.Users...)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("InventoryPages(%q): %v", ours.bucket, err)
+		}
+		if diff := cmp.Diff(want, paged); diff != "" {
+			t.Errorf("InventoryPages(%q), its pages together: -want +got:\n%s", ours.bucket, diff)
+		}
+	}
 	if got := s.inventory(ctx, t, a, foreign.bucket); len(got.Buckets)+len(got.Users) != 0 {
 		t.Errorf("Inventory(%q) = %+v, want nothing: a bucket and a user without owner mark are not ours", foreign.bucket, got)
 	}
