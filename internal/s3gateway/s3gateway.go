@@ -82,6 +82,12 @@ type Server struct {
 	region  string
 	sockDir *os.File // open DataDir/run when the socket path goes through /proc (privateSocket)
 	lock    *os.File // holds the data directory's lock (lockDataDir)
+	dataDir string
+	store   *userStore
+	log     *slog.Logger
+	// crash, set by tests before Stop, makes Stop leave what a kill
+	// leaves: no IAM index, no clean-stop marker.
+	crash bool
 
 	gw   *component
 	iam  *component
@@ -163,11 +169,26 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	// After a clean stop nothing is half done: the repair is for what a
+	// killed process leaves (cleanstop.go). The marker is gone from here
+	// on, so a kill of this server leaves none.
+	clean, err := takeCleanStop(dataDir, log.Warn)
+	if err != nil {
+		_ = lock.Close()
+		running.Store(false)
+		return nil, fmt.Errorf("start embedded S3 server: %w", err)
+	}
 	// The repair of the objects runs while the IAM API opens its users
 	// (the two grow with the instances and touch different folders); the
 	// gateway starts once both are done.
 	repaired := make(chan error, 1)
-	go func() { repaired <- repair(objectsDir, versionsDir, log) }()
+	go func() {
+		if clean {
+			repaired <- nil
+			return
+		}
+		repaired <- repair(objectsDir, versionsDir, log)
+	}()
 	waitRepair := sync.OnceValue(func() error {
 		if err := <-repaired; err != nil {
 			return fmt.Errorf("start embedded S3 server: %w", err)
@@ -185,13 +206,19 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		running.Store(false)
 		return nil, fmt.Errorf("start embedded IAM API: %w", err)
 	}
+	if store.indexUnused != nil {
+		log.Warn("The IAM index the last clean stop left is not used: every user's file is read", "error", store.indexUnused)
+	}
 	if store.migrated > 0 {
 		log.Info("Moved the IAM users of the older layout (a folder each) into a file each", "users", store.migrated, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 
-	s := &Server{region: cfg.Region, lock: lock, stop: make(chan struct{}), closed: make(chan struct{})}
+	s := &Server{
+		region: cfg.Region, lock: lock, dataDir: dataDir, store: store, log: log,
+		stop: make(chan struct{}), closed: make(chan struct{}),
+	}
 	if err := s.start(ctx, cfg, store, objectsDir, versionsDir, runDir, waitRepair); err != nil {
 		// The repair's error, when it failed, is the one to report.
 		if rerr := waitRepair(); rerr != nil {
@@ -415,9 +442,14 @@ func endpointURL(addr string) string {
 }
 
 // supervise stops both servers when Stop is called or either one exits.
+// A stop asked for, in which both servers shut down cleanly, leaves what
+// saves the next start work: the IAM index and the clean-stop marker
+// (cleanstop.go).
 func (s *Server) supervise() {
+	asked := false
 	select {
 	case <-s.stop:
+		asked = true
 	case <-s.gw.done:
 	case <-s.iam.done:
 	}
@@ -428,6 +460,9 @@ func (s *Server) supervise() {
 	}
 	if err := s.iam.shutdown(); err != nil {
 		errs = append(errs, fmt.Errorf("embedded IAM API on %s: %w", s.iamAddr, err))
+	}
+	if asked && len(errs) == 0 && !s.crash {
+		s.leaveCleanStop()
 	}
 	if s.sockDir != nil {
 		if err := s.sockDir.Close(); err != nil {
@@ -440,6 +475,18 @@ func (s *Server) supervise() {
 	s.err = errors.Join(errs...)
 	running.Store(false)
 	close(s.closed)
+}
+
+// leaveCleanStop writes the IAM index and then the clean-stop marker:
+// the marker last, as it says everything before it was done. Neither is
+// needed: a failure is logged and the next start does the full work.
+func (s *Server) leaveCleanStop() {
+	if err := s.store.saveIndex(); err != nil {
+		s.log.Warn("The next start reads every IAM user's file", "error", err)
+	}
+	if err := writeCleanStop(s.dataDir); err != nil {
+		s.log.Warn("The next start repairs the data directory as after a kill", "error", err)
+	}
 }
 
 // S3Endpoint is the URL of the S3 API, like http://127.0.0.1:9000.
