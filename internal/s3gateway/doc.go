@@ -87,6 +87,25 @@
 // nothing that it could delete. A rename across file systems (objects/ and
 // versions/ mounted apart) is not attempted: it is logged and left.
 //
+// Both walks, of the users' files and of the buckets, are for a start
+// that knows nothing of how the last server ended. A clean stop (Stop,
+// with both servers shut down without error) leaves two files that save
+// them (cleanstop.go, iamindex.go): DataDir/iam/index, the IAM index as a
+// start would build it from the users' files, and DataDir/clean-stop, the
+// marker that nothing was left half done. Each records the stamp (inode,
+// ctime, mtime) of the folders it depends on: the users folder for the
+// index, run/ (every server start binds its socket there) and objects/
+// for the marker. A start removes both, durably (the folder fsynced),
+// before it serves, so any change after a start is made without them and
+// a kill or crash from then on leaves none; then it uses the index only
+// if it is whole (a CRC) and the users folder's stamp is the recorded one,
+// and skips the repair only if the marker is whole and run/ and objects/
+// are as recorded. So a start after a kill, or after an older
+// bucketbroker, a hand edit or another server ran on the data dir (each
+// changes a stamp), does the full walks as before; a file that is not
+// used is reported once (Warn). At 100,000 instances this is most of a
+// restart's CPU (docs/performance.md, issue 17).
+//
 // Limits that come from versitygw and shape how this package is used:
 //
 //   - One gateway and one IAM API per process: both keep package-level state.
