@@ -441,7 +441,7 @@ func TestStartRemovesEmptyDirsOfKilledDeletes(t *testing.T) {
 	}
 	put(versioned, "v/w.txt", "one")
 	put(versioned, "v/w.txt", "two") // the first goes to the versions folder
-	kill(t, first) // a clean stop would say nothing is half done
+	kill(t, first)                   // a clean stop would say nothing is half done
 
 	// What a kill inside DeleteObject leaves: the file is gone, the
 	// directories its key passed through are not.
