@@ -42,8 +42,8 @@ import (
 // inode. What a stamp does not see is an edit of a file's content in
 // place (a shell's "> file"): the store never writes so, and a hand edit
 // of a user's JSON is not something a start can afford to look for at
-// 100,000 users (one stat each); stop the server, remove iam/index (or
-// run any bucketbroker once) and the next start reads every file.
+// 100,000 users (one stat each): after such an edit, remove iam/index
+// while the server is stopped and the next start reads every file.
 
 // dirStamp is what a folder's stat says about its entries: a change of
 // any entry (created, removed, renamed) sets its ctime and mtime to the
