@@ -16,7 +16,9 @@
 // keeps in memory which file holds which user name and access key, and
 // the names and paths in listing order, so that a ListUsers page reads its
 // own users only. A start reads each user's file once
-// (BenchmarkOpenUserStore); the start-up probe asks for one user by name.
+// (BenchmarkOpenUserStore); the start-up probes ask for one user and one
+// bucket by name (a listing would read every user's file, or stat every
+// bucket's directory: TestStartListsNoBuckets).
 // Data directories of the earlier layouts are migrated by the first start:
 // a folder per user with versitygw's store in it is rewritten into the
 // user's file. Roles, OIDC providers, sessions, and users made before
