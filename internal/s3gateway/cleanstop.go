@@ -162,6 +162,25 @@ func take(path string) (b []byte, ok bool, err error) {
 	return b, true, nil
 }
 
+// syncFS makes durable everything written to the file systems that hold
+// dirs (syncfs(2) on each).
+func syncFS(dirs ...string) error {
+	for _, dir := range dirs {
+		d, err := os.Open(dir)
+		if err != nil {
+			return fmt.Errorf("sync file system: %w", err)
+		}
+		err = unix.Syncfs(int(d.Fd()))
+		if cerr := d.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("sync file system of %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
 // syncDir fsyncs a folder: a rename or removal in it is then durable.
 func syncDir(dir string) error {
 	d, err := os.Open(dir)

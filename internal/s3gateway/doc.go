@@ -94,7 +94,10 @@
 // with both servers shut down without error) leaves two files that save
 // them (cleanstop.go, iamindex.go): DataDir/iam/index, the IAM index as a
 // start would build it from the users' files, and DataDir/clean-stop, the
-// marker that nothing was left half done. Each records the stamp (inode,
+// marker that nothing was left half done, both fsynced after a syncfs
+// of the data's file systems (the stores themselves do not fsync, and a
+// crash of the machine must not keep a file that vouches for data it
+// lost). Each records the stamp (inode,
 // ctime, mtime) of the folders it depends on: the users folder for the
 // index, run/ (every server start binds its socket there) and objects/
 // for the marker. A start removes both, durably (the folder fsynced),

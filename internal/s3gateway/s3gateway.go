@@ -494,7 +494,18 @@ func (s *Server) supervise() {
 // leaveCleanStop writes the IAM index and then the clean-stop marker:
 // the marker last, as it says everything before it was done. Neither is
 // needed: a failure is logged and the next start does the full work.
+//
+// Both are fsynced, and the users' files, objects and buckets they vouch
+// for are not (the stores do not fsync): the file systems are synced
+// first (syncfs), so that a crash of the machine after the stop cannot
+// keep an index or a marker and lose what they describe (a user's file
+// renamed into place but not written, a bucket's directory without its
+// ACL).
 func (s *Server) leaveCleanStop() {
+	if err := syncFS(s.store.folder, filepath.Join(s.dataDir, "objects"), filepath.Join(s.dataDir, "versions")); err != nil {
+		s.log.Warn("The next start reads every IAM user's file and repairs the data directory as after a kill", "error", err)
+		return
+	}
 	if err := s.store.saveIndex(); err != nil {
 		s.log.Warn("The next start reads every IAM user's file", "error", err)
 	}
