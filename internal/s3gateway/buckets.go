@@ -29,7 +29,8 @@ const (
 
 // repair undoes, before the server starts, what a process killed inside
 // versitygw can leave in the data directory and what versitygw does not
-// repair itself: the bucket of a killed CreateBucket
+// repair itself (a start after a clean stop has nothing to repair and
+// does not call it: cleanstop.go): the bucket of a killed CreateBucket
 // (removeHalfCreatedBuckets), and in each bucket the versions of an
 // object whose current version a killed deletion removed without moving
 // the next one into its place (restoreVersion) and the directories of a
@@ -41,6 +42,7 @@ const (
 // 20,000 instances this walk had become most of a restart's CPU
 // (BenchmarkRepairEmptyBuckets).
 func repair(objectsDir, versionsDir string, log *slog.Logger) error {
+	repairRuns.Add(1)
 	entries, err := os.ReadDir(objectsDir)
 	if err != nil {
 		return err

@@ -16,7 +16,9 @@
 // keeps in memory which file holds which user name and access key, and
 // the names and paths in listing order, so that a ListUsers page reads its
 // own users only. A start reads each user's file once
-// (BenchmarkOpenUserStore); the start-up probe asks for one user by name.
+// (BenchmarkOpenUserStore); the start-up probes ask for one user and one
+// bucket by name (a listing would read every user's file, or stat every
+// bucket's directory: TestStartListsNoBuckets).
 // Data directories of the earlier layouts are migrated by the first start:
 // a folder per user with versitygw's store in it is rewritten into the
 // user's file. Roles, OIDC providers, sessions, and users made before
@@ -86,6 +88,28 @@
 // bucket from being deleted; the broker's purge then says the bucket lists
 // nothing that it could delete. A rename across file systems (objects/ and
 // versions/ mounted apart) is not attempted: it is logged and left.
+//
+// Both walks, of the users' files and of the buckets, are for a start
+// that knows nothing of how the last server ended. A clean stop (Stop,
+// with both servers shut down without error) leaves two files that save
+// them (cleanstop.go, iamindex.go): DataDir/iam/index, the IAM index as a
+// start would build it from the users' files, and DataDir/clean-stop, the
+// marker that nothing was left half done, both fsynced after a syncfs
+// of the data's file systems (the stores themselves do not fsync, and a
+// crash of the machine must not keep a file that vouches for data it
+// lost). Each records the stamp (inode,
+// ctime, mtime) of the folders it depends on: the users folder for the
+// index, run/ (every server start binds its socket there) and objects/
+// for the marker. A start removes both, durably (the folder fsynced),
+// before it serves, so any change after a start is made without them and
+// a kill or crash from then on leaves none; then it uses the index only
+// if it is whole (a CRC) and the users folder's stamp is the recorded one,
+// and skips the repair only if the marker is whole and run/ and objects/
+// are as recorded. So a start after a kill, or after an older
+// bucketbroker, a hand edit or another server ran on the data dir (each
+// changes a stamp), does the full walks as before; a file that is not
+// used is reported once (Warn). At 100,000 instances this is most of a
+// restart's CPU (docs/performance.md, issue 17).
 //
 // Limits that come from versitygw and shape how this package is used:
 //

@@ -63,6 +63,9 @@ type userStore struct {
 	root   *userShard
 	// migrated counts the users the open moved from the older layout.
 	migrated int
+	// indexUnused says why the open did not use the index a clean stop
+	// left (iamindex.go), when there was one.
+	indexUnused error
 
 	mu    sync.RWMutex
 	users map[string]userEntry  // by strings.ToLower(user name)
@@ -134,6 +137,47 @@ func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 			return nil, err
 		}
 	}
+	files, err := s.userFiles()
+	if err != nil {
+		return nil, err
+	}
+	found, err := readIndexed(files)
+	if err != nil {
+		return nil, err
+	}
+	for i, f := range files {
+		if f.base == userFileName(found[i].UserID) {
+			// Named by its id, as the store names them: the name is
+			// made from the id (shared with the index) when needed.
+			f.id, f.base = found[i].UserID, ""
+		}
+		if err := s.add(&userShard{store: f}, found[i]); err != nil {
+			return nil, err
+		}
+	}
+	slices.Sort(s.sorted)
+	return s, nil
+}
+
+// userFiles indexes the users that the index a clean stop left holds
+// (iamindex.go), when it is there and current, and returns the files
+// still to read: those it names otherwise than by their ids, or, without
+// an index, every file in the users folder (migrate's walk).
+func (s *userStore) userFiles() ([]*userFile, error) {
+	idx, err := s.takeIndex()
+	if err != nil {
+		return nil, err
+	}
+	s.indexUnused = idx.unusedWhy
+	if idx.usable {
+		for i, f := range idx.files {
+			if err := s.add(&userShard{store: f}, idx.users[i]); err != nil {
+				return nil, err
+			}
+		}
+		return idx.toRead, nil
+	}
+	userWalks.Add(1)
 	entries, err := s.migrate()
 	if err != nil {
 		return nil, err
@@ -144,11 +188,16 @@ func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 			files = append(files, &userFile{folder: &s.folder, base: name})
 		}
 	}
-	// Read and decoded on every core; indexed in the files' order, so
-	// that a name or key stored twice is reported the same way each time.
+	return files, nil
+}
+
+// readIndexed reads what the start indexes of each file, on every core;
+// in the files' order, so that a name or key stored twice is reported
+// the same way each time.
+func readIndexed(files []*userFile) ([]indexed, error) {
 	found := make([]indexed, len(files))
 	bufs := sync.Pool{New: func() any { return new([]byte) }}
-	err = eachFile(len(files), func(i int) error {
+	err := eachFile(len(files), func(i int) error {
 		recordReads.Add(1)
 		buf := bufs.Get().(*[]byte)
 		defer bufs.Put(buf)
@@ -168,21 +217,7 @@ func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	for i, f := range files {
-		if f.base == userFileName(found[i].UserID) {
-			// Named by its id, as the store names them: the name is
-			// made from the id (shared with the index) when needed.
-			f.id, f.base = found[i].UserID, ""
-		}
-		if err := s.add(&userShard{store: f}, found[i]); err != nil {
-			return nil, err
-		}
-	}
-	slices.Sort(s.sorted)
-	return s, nil
+	return found, err
 }
 
 // indexed is what the start reads of a user for the indexes, the first

@@ -451,15 +451,16 @@ func TestLockDataDir(t *testing.T) {
 // users: a start reads each user's file once, for the indexes, the
 // start-up probe included (a listing read every user's). A call for one
 // user then reads that user's file only. The first start also migrates
-// the users from the older layout (TestMigrateOlderLayout); the second is
-// counted.
+// the users from the older layout (TestMigrateOlderLayout) and is
+// killed, so that the second, counted, walks the users folder (after a
+// clean stop it would read the index: TestCleanStopSkipsWalkAndRepair).
 func TestStartReadsEachUserOnce(t *testing.T) {
 	const n = 30
 	cfg := testConfig(t, t.TempDir())
 	writeOldUsers(t, filepath.Join(cfg.DataDir, "iam"), n)
 	var logged strings.Builder
 	cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
-	stop(t, start(t, cfg))
+	kill(t, start(t, cfg))
 	if !strings.Contains(logged.String(), "Moved the IAM users of the older layout") || !strings.Contains(logged.String(), fmt.Sprintf("users=%d", n)) {
 		t.Errorf("the first start's log does not say it migrated %d users:\n%s", n, logged.String())
 	}
