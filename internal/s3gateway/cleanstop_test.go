@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -298,5 +300,39 @@ func TestCorruptCleanStopFallsBack(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestStopWithRequestRunningLeavesNoMarker: a stop that finds an S3
+// request still running waits out versitygw's shutdown limit, after which
+// versitygw returns without an error and the request dies with the
+// process, as under a kill: the stop leaves the IAM index but not the
+// clean-stop marker, so the next start repairs.
+func TestStopWithRequestRunningLeavesNoMarker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out versitygw's 10 s shutdown limit")
+	}
+	cfg := testConfig(t, t.TempDir())
+	srv := start(t, cfg)
+	makeUsers(t, srv, cfg, "app", 1)
+	// A request whose body never comes whole: the connection stays busy.
+	conn, err := net.Dial("tcp", srv.s3Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "PUT /some-bucket/some-key HTTP/1.1\r\nHost: %s\r\nContent-Length: 1000\r\n\r\npart of the body", srv.s3Addr); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // let the server read what was sent
+	stop(t, srv)
+	index, marker := filepath.Join(cfg.DataDir, "iam", indexFile), filepath.Join(cfg.DataDir, cleanStopFile)
+	if !exists(index) || exists(marker) {
+		t.Fatalf("a stop with a request running: index there %v, marker there %v; want the index and no marker", exists(index), exists(marker))
+	}
+	before := countsNow()
+	start(t, cfg)
+	if got := countsNow().since(before); got.walks != 0 || got.repairs != 1 {
+		t.Errorf("the start after it: %d walks, %d repairs; want 0 (the index) and 1", got.walks, got.repairs)
 	}
 }

@@ -94,7 +94,9 @@
 // with both servers shut down without error) leaves two files that save
 // them (cleanstop.go, iamindex.go): DataDir/iam/index, the IAM index as a
 // start would build it from the users' files, and DataDir/clean-stop, the
-// marker that nothing was left half done, both fsynced after a syncfs
+// marker that nothing was left half done (not left when the S3 server's
+// shutdown waited out versitygw's limit: its requests still running then
+// die with the process, as under a kill), both fsynced after a syncfs
 // of the data's file systems (the stores themselves do not fsync, and a
 // crash of the machine must not keep a file that vouches for data it
 // lost). Each records the stamp (inode,

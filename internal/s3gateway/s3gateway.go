@@ -455,6 +455,13 @@ func endpointURL(addr string) string {
 	return "http://" + net.JoinHostPort(host, port)
 }
 
+// gatewayDrainLimit is how long the S3 server's shutdown may take and
+// still count as drained. versitygw gives its server 10 s
+// (s3api.shutDownDuration) and then returns without an error, requests
+// still running: a shutdown that took longer than this may not have
+// drained. A var for tests.
+var gatewayDrainLimit = 9 * time.Second
+
 // supervise stops both servers when Stop is called or either one exits.
 // A stop asked for, in which both servers shut down cleanly, leaves what
 // saves the next start work: the IAM index and the clean-stop marker
@@ -469,14 +476,16 @@ func (s *Server) supervise() {
 	}
 	// The gateway first: it depends on the IAM API, not the other way.
 	var errs []error
+	began := time.Now()
 	if err := s.gw.shutdown(); err != nil {
 		errs = append(errs, fmt.Errorf("embedded S3 server on %s: %w", s.s3Addr, err))
 	}
+	drained := time.Since(began) < gatewayDrainLimit
 	if err := s.iam.shutdown(); err != nil {
 		errs = append(errs, fmt.Errorf("embedded IAM API on %s: %w", s.iamAddr, err))
 	}
 	if asked && len(errs) == 0 && !s.crash {
-		s.leaveCleanStop()
+		s.leaveCleanStop(drained)
 	}
 	if s.sockDir != nil {
 		if err := s.sockDir.Close(); err != nil {
@@ -501,13 +510,24 @@ func (s *Server) supervise() {
 // keep an index or a marker and lose what they describe (a user's file
 // renamed into place but not written, a bucket's directory without its
 // ACL).
-func (s *Server) leaveCleanStop() {
+//
+// drained says the S3 server's shutdown ended before versitygw's own
+// limit: its requests had all been answered. A shutdown that waited out
+// the limit returned with requests still running (versitygw prints that
+// error and returns nil), which die with the process as under a kill, so
+// the marker is not left: the next start repairs. The IAM index is still
+// written (the IAM API's shutdown reports its own failures).
+func (s *Server) leaveCleanStop(drained bool) {
 	if err := syncFS(s.store.folder, filepath.Join(s.dataDir, "objects"), filepath.Join(s.dataDir, "versions")); err != nil {
 		s.log.Warn("The next start reads every IAM user's file and repairs the data directory as after a kill", "error", err)
 		return
 	}
 	if err := s.store.saveIndex(); err != nil {
 		s.log.Warn("The next start reads every IAM user's file", "error", err)
+	}
+	if !drained {
+		s.log.Warn("S3 requests were still running when the embedded server stopped; the next start repairs the data directory as after a kill")
+		return
 	}
 	if err := writeCleanStop(s.dataDir); err != nil {
 		s.log.Warn("The next start repairs the data directory as after a kill", "error", err)
