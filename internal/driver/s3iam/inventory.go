@@ -2,6 +2,7 @@ package s3iam
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -71,6 +72,11 @@ func (d *Driver) bucketPages(ctx context.Context, namePrefix string, page func(d
 		out, err := pages.NextPage(ctx)
 		if err != nil {
 			return mapBucketErr(err, "list buckets")
+		}
+		if len(out.Buckets) >= int(bucketPage) && aws.ToString(out.ContinuationToken) == "" {
+			// A server that cut the listing at max-buckets but gave no
+			// token to go on from: the rest would be missed in silence.
+			return fmt.Errorf("list buckets: the server answered a full page of %d buckets without a continuation token; the listing cannot be completed", len(out.Buckets))
 		}
 		var names []string
 		for _, b := range out.Buckets {

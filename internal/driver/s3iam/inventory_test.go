@@ -1,8 +1,13 @@
 package s3iam
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -79,5 +84,50 @@ func TestInventoryPages(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, whole); diff != "" {
 		t.Errorf("Inventory: -want +got:\n%s", diff)
+	}
+}
+
+// TestInventoryPagesFullPageWithoutToken: a server that cuts the bucket
+// listing at max-buckets but answers no continuation token would have the
+// rest missed in silence (leaks not found, records reported missing):
+// InventoryPages fails instead.
+func TestInventoryPagesFullPageWithoutToken(t *testing.T) {
+	oldBuckets := bucketPage
+	bucketPage = 2
+	t.Cleanup(func() { bucketPage = oldBuckets })
+	ctx := context.Background()
+	d := newDriver(t, serverConfig())
+	prefix := "bbtest-notoken-" + randomHex(4)
+	for i := range 3 {
+		name, owner := fmt.Sprintf("%s-%d", prefix, i), driver.OwnerMark("instance", randomHex(4))
+		if err := d.EnsureBucket(ctx, driver.BucketSpec{Name: name, Owner: owner}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.DeleteBucket(ctx, name, owner, false) })
+	}
+	token := regexp.MustCompile(`<ContinuationToken>[^<]*</ContinuationToken>`)
+	cfg := serverConfig()
+	cfg.HTTPClient = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := http.DefaultTransport.RoundTrip(r)
+		if err != nil || r.Method != http.MethodGet || r.URL.Path != "/" || !r.URL.Query().Has("max-buckets") {
+			return resp, err
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		body = token.ReplaceAll(body, nil)
+		resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		resp.Header.Del("Content-Length")
+		return resp, nil
+	})}
+	stripped := newDriver(t, cfg)
+	err := stripped.InventoryPages(ctx, prefix, func(driver.Inventory) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "without a continuation token") {
+		t.Fatalf("InventoryPages with the token taken away: %v, want the listing refused", err)
+	}
+	if err := d.InventoryPages(ctx, prefix, func(driver.Inventory) error { return nil }); err != nil {
+		t.Fatalf("InventoryPages with the token: %v", err)
 	}
 }
