@@ -209,6 +209,9 @@ func dsn(path string, readOnly bool) string {
 
 // Close closes the database. Calls after Close fail.
 func (s *Store) Close() error {
+	// Before the connections close: from then on another process may
+	// reinitialize the -shm file under the mapping.
+	s.wal.forget()
 	var errs []error
 	for _, st := range []*sql.Stmt{s.get, s.insert, s.update} {
 		if st != nil {

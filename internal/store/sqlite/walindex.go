@@ -151,6 +151,19 @@ func newWALIndex(key walIndexKey, mem []byte) *walIndex {
 	return w
 }
 
+// forget makes header answer false from now on, waiting for reads in
+// progress; the mapping stays until release. Close calls it before it
+// closes the connections, whose locks keep other processes from
+// reinitializing the file.
+func (w *walIndex) forget() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.words.Store(nil)
+	w.mu.Unlock()
+}
+
 // release drops this Store's use of the mapping; the last one unmaps it
 // and closes its descriptor. Call it after the Store's connections are
 // closed.
@@ -158,9 +171,7 @@ func (w *walIndex) release() error {
 	if w == nil || w.released.Swap(true) {
 		return nil
 	}
-	w.mu.Lock()
-	w.words.Store(nil)
-	w.mu.Unlock()
+	w.forget()
 	walIndexes.Lock()
 	defer walIndexes.Unlock()
 	wf, ok := walIndexes.m[w.key]
