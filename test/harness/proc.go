@@ -7,7 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
+	"sync/atomic"
 	"time"
 )
 
@@ -54,6 +54,10 @@ func ProcMemory(pid int) (Memory, error) {
 	return m, nil
 }
 
+// auditPoll is how often AuditMeasured reads the audit's high-water mark:
+// what it can miss is the growth of its last auditPoll.
+const auditPoll = 20 * time.Millisecond
+
 // AuditRun is one `bucketbroker admin audit` run: its exit status, output,
 // wall time and the largest resident memory the process had.
 type AuditRun struct {
@@ -64,7 +68,11 @@ type AuditRun struct {
 }
 
 // AuditMeasured is Audit that also reports the audit's wall time and peak
-// resident memory (from the kernel's accounting of the exited process).
+// resident memory. The peak is the process's own high-water mark (VmHWM),
+// read while it runs, every auditPoll: not the rusage of its exit, whose
+// ru_maxrss also counts the memory of the process that forked it (Go's
+// os/exec forks sharing its parent's memory, and exec keeps that
+// high-water mark), so it reported this test process's size.
 func (b *Broker) AuditMeasured() (AuditRun, error) {
 	if b.cmd != nil {
 		return AuditRun{Code: 1}, fmt.Errorf("audit: stop the broker first (the audit starts the embedded server on its addresses)")
@@ -79,13 +87,31 @@ func (b *Broker) AuditMeasured() (AuditRun, error) {
 	var out LockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
-	err := cmd.Run()
-	r := AuditRun{Output: out.String(), Took: time.Since(start)}
-	if cmd.ProcessState != nil {
-		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-			r.PeakRSS = ru.Maxrss << 10 // kilobytes on Linux
-		}
+	if err := cmd.Start(); err != nil {
+		return AuditRun{Code: 1}, fmt.Errorf("run audit: %w", err)
 	}
+	var peak atomic.Int64
+	done := make(chan struct{})
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		t := time.NewTicker(auditPoll)
+		defer t.Stop()
+		for {
+			if m, err := ProcMemory(cmd.Process.Pid); err == nil && m.PeakRSS > peak.Load() {
+				peak.Store(m.PeakRSS)
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	err := cmd.Wait()
+	close(done)
+	<-polled
+	r := AuditRun{Output: out.String(), Took: time.Since(start), PeakRSS: peak.Load()}
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
