@@ -78,24 +78,32 @@ func (d *Driver) bucketPages(ctx context.Context, namePrefix string, page func(d
 			// token to go on from: the rest would be missed in silence.
 			return fmt.Errorf("list buckets: the server answered a full page of %d buckets without a continuation token; the listing cannot be completed", len(out.Buckets))
 		}
-		var names []string
+		names := make([]string, 0, len(out.Buckets))
 		for _, b := range out.Buckets {
-			if n := aws.ToString(b.Name); strings.HasPrefix(n, namePrefix) {
-				names = append(names, n)
-			}
+			names = append(names, aws.ToString(b.Name))
 		}
-		owned, err := d.ownedBuckets(ctx, names)
+		err = judgePage(ctx, names, namePrefix, d.ownedBuckets,
+			func(owned []driver.OwnedBucket) driver.Inventory { return driver.Inventory{Buckets: owned} }, page)
 		if err != nil {
-			return err
-		}
-		if len(owned) == 0 {
-			continue
-		}
-		if err := page(driver.Inventory{Buckets: owned}); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// judgePage judges the names of one listing page that are under
+// namePrefix (a server may ignore the prefix) and hands the owned ones to
+// page, unless there are none.
+func judgePage[T any](ctx context.Context, names []string, namePrefix string,
+	judge func(context.Context, []string) ([]T, error), inventory func([]T) driver.Inventory,
+	page func(driver.Inventory) error,
+) error {
+	names = slices.DeleteFunc(names, func(n string) bool { return !strings.HasPrefix(n, namePrefix) })
+	owned, err := judge(ctx, names)
+	if err != nil || len(owned) == 0 {
+		return err
+	}
+	return page(inventory(owned))
 }
 
 // ownedBuckets returns the buckets of names that carry an owner mark,
@@ -137,20 +145,13 @@ func (d *Driver) userPages(ctx context.Context, namePrefix string, page func(dri
 		if err != nil {
 			return mapIAMErr(err, "list users under %s", UserPath)
 		}
-		var names []string
+		names := make([]string, 0, len(out.Users))
 		for _, u := range out.Users {
-			if n := aws.ToString(u.UserName); strings.HasPrefix(n, namePrefix) {
-				names = append(names, n)
-			}
+			names = append(names, aws.ToString(u.UserName))
 		}
-		owned, err := d.ownedUsers(ctx, names)
+		err = judgePage(ctx, names, namePrefix, d.ownedUsers,
+			func(owned []driver.OwnedUser) driver.Inventory { return driver.Inventory{Users: owned} }, page)
 		if err != nil {
-			return err
-		}
-		if len(owned) == 0 {
-			continue
-		}
-		if err := page(driver.Inventory{Users: owned}); err != nil {
 			return err
 		}
 	}
