@@ -2,7 +2,6 @@ package s3iam
 
 import (
 	"context"
-	"net/http"
 	"slices"
 	"testing"
 
@@ -20,9 +19,7 @@ import (
 func TestAtomicUserMarks(t *testing.T) {
 	ctx := context.Background()
 	g := newGate("", "")
-	cfg := serverConfig()
-	cfg.HTTPClient = &http.Client{Transport: g}
-	d := newDriver(t, cfg)
+	d := newDriverThrough(t, g)
 	create := func() {
 		t.Helper()
 		spec := driver.CredentialSpec{
@@ -65,9 +62,7 @@ func TestAtomicUserMarks(t *testing.T) {
 func TestBucketMarkInCreate(t *testing.T) {
 	ctx := context.Background()
 	g := newGate("", "")
-	cfg := serverConfig()
-	cfg.HTTPClient = &http.Client{Transport: g}
-	d := newDriver(t, cfg)
+	d := newDriverThrough(t, g)
 	for i, tc := range []struct {
 		versioning bool
 		want       []string
@@ -125,9 +120,7 @@ func TestBucketMarkFallback(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			g := newGate("", "")
 			tc.set(g)
-			cfg := serverConfig()
-			cfg.HTTPClient = &http.Client{Transport: g}
-			d := newDriver(t, cfg)
+			d := newDriverThrough(t, g)
 			for i, want := range [][]string{tc.first, {"CreateBucket", "PutBucketTagging"}} {
 				spec := newBucketSpec(t, d)
 				if err := d.EnsureBucket(ctx, spec); err != nil {

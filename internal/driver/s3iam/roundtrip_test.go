@@ -48,6 +48,27 @@ func newGate(hold, until string) *gate {
 	return &gate{hold: hold, until: until, arrived: make(chan struct{})}
 }
 
+// newDriverThrough is a driver of the test server whose requests go
+// through rt.
+func newDriverThrough(t *testing.T, rt http.RoundTripper) *Driver {
+	cfg := serverConfig()
+	cfg.HTTPClient = &http.Client{Transport: rt}
+	return newDriver(t, cfg)
+}
+
+// removeFromBody takes what re matches out of resp's body.
+func removeFromBody(resp *http.Response, re *regexp.Regexp) (*http.Response, error) {
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	b = re.ReplaceAll(b, nil)
+	resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+	resp.Header.Del("Content-Length")
+	return resp, nil
+}
+
 func (g *gate) RoundTrip(r *http.Request) (*http.Response, error) {
 	if requestAction(r) == "CreateBucket" {
 		tagged, err := g.noteCreate(r)
@@ -69,14 +90,7 @@ func (g *gate) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, a, err := g.send(r)
 	if err == nil && a == "CreateUser" && g.untagged {
 		// A server that ignores CreateUser's tags answers without them.
-		b, rerr := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if rerr != nil {
-			return nil, rerr
-		}
-		b = tagsElement.ReplaceAll(b, nil)
-		resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
-		resp.Header.Del("Content-Length")
+		return removeFromBody(resp, tagsElement)
 	}
 	return resp, err
 }
@@ -191,9 +205,7 @@ func TestKeptKeyLooksAndListsAtOnce(t *testing.T) {
 	}
 
 	g := newGate("GetUser", "ListAccessKeys")
-	cfg := serverConfig()
-	cfg.HTTPClient = &http.Client{Transport: g}
-	gated := newDriver(t, cfg)
+	gated := newDriverThrough(t, g)
 	spec.KeepKeyID, spec.RequireKeepKey = cred.AccessKeyID, true
 	got, err := gated.EnsureCredential(ctx, spec)
 	if err != nil {
@@ -270,9 +282,7 @@ func TestNewUserMarkedBesideKey(t *testing.T) {
 	ctx := context.Background()
 	g := newGate("TagUser", "CreateAccessKey")
 	g.untagged = true
-	cfg := serverConfig()
-	cfg.HTTPClient = &http.Client{Transport: g}
-	d := newDriver(t, cfg)
+	d := newDriverThrough(t, g)
 	spec := driver.CredentialSpec{
 		UserName: "bbtest-untagged-" + randomHex(4), Owner: driver.OwnerMark("binding", randomHex(4)),
 		Bucket: "bbtest-untagged", Access: driver.AccessReadWrite,
@@ -310,9 +320,7 @@ func TestNewUserMarkedBesideKey(t *testing.T) {
 func TestNewVersionedBucketTagsAndVersionsAtOnce(t *testing.T) {
 	ctx := context.Background()
 	g := newGate("PutBucketTagging", "PutBucketVersioning")
-	cfg := serverConfig()
-	cfg.HTTPClient = &http.Client{Transport: g}
-	d := newDriver(t, cfg)
+	d := newDriverThrough(t, g)
 	d.bucketMarks.saw(false) // a server that drops CreateBucket's tags
 	name := driver.BucketName("bbtest", "vtagged", randomHex(8))
 	if err := d.EnsureBucket(ctx, driver.BucketSpec{Name: name, Owner: "o", Versioning: true}); err != nil {
