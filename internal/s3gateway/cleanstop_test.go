@@ -89,6 +89,18 @@ func exists(path string) bool {
 	return err == nil
 }
 
+// stoppedWithUsers starts a server logging to logged, makes three users
+// (keys by name) and stops it cleanly.
+func stoppedWithUsers(t *testing.T) (cfg Config, logged *strings.Builder, first *Server, keys map[string]string) {
+	cfg = testConfig(t, t.TempDir())
+	logged = &strings.Builder{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logged, nil))
+	first = start(t, cfg)
+	keys = makeUsers(t, first, cfg, "app", 3)
+	stop(t, first)
+	return cfg, logged, first, keys
+}
+
 // TestCleanStopSkipsWalkAndRepair: a start after a clean stop takes the
 // IAM index and the clean-stop marker (they are gone before it serves,
 // so a kill from then on leaves neither), reads no user's file but the
@@ -233,12 +245,7 @@ func TestStaleCleanStopNotUsed(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := testConfig(t, t.TempDir())
-			var logged strings.Builder
-			cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
-			first := start(t, cfg)
-			keys := makeUsers(t, first, cfg, "app", 3)
-			stop(t, first)
+			cfg, logged, first, keys := stoppedWithUsers(t)
 			tc.change(t, cfg.DataDir, first, keys)
 
 			before := countsNow()
@@ -267,12 +274,7 @@ func TestCorruptCleanStopFallsBack(t *testing.T) {
 	for name, corrupt := range corruptions {
 		for _, file := range []string{filepath.Join("iam", indexFile), cleanStopFile} {
 			t.Run(name+" "+file, func(t *testing.T) {
-				cfg := testConfig(t, t.TempDir())
-				var logged strings.Builder
-				cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
-				first := start(t, cfg)
-				keys := makeUsers(t, first, cfg, "app", 3)
-				stop(t, first)
+				cfg, logged, _, keys := stoppedWithUsers(t)
 				path := filepath.Join(cfg.DataDir, file)
 				b, err := os.ReadFile(path)
 				if err != nil {
