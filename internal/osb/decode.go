@@ -164,10 +164,13 @@ func readAll(body io.Reader, length int64) ([]byte, error) {
 	}
 }
 
-// decodeBody reads the body into v, a pointer to one of the body structs.
-// Error descriptions name the field and the JSON kinds involved, never a
-// value: a body can carry secrets in its parameters.
-func decodeBody(r *http.Request, v any) error {
+// decodeBody reads the body into v, a pointer to one of the body structs:
+// scanBody's decoding where it applies, else encoding/json's (see
+// unmarshalBody), from a zero v.
+func decodeBody[B any, P interface {
+	*B
+	bodySlots
+}](r *http.Request, v P) error {
 	b, err := readBody(r)
 	if err != nil {
 		return err
@@ -175,7 +178,18 @@ func decodeBody(r *http.Request, v any) error {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return badRequest("request body is empty; expected a JSON object")
 	}
-	err = json.Unmarshal(b, v)
+	if scanBody(b, v) {
+		return nil
+	}
+	*v = *new(B)
+	return unmarshalBody(b, v)
+}
+
+// unmarshalBody decodes b into v with encoding/json. Error descriptions
+// name the field and the JSON kinds involved, never a value: a body can
+// carry secrets in its parameters.
+func unmarshalBody(b []byte, v any) error {
+	err := json.Unmarshal(b, v)
 	if err == nil {
 		return nil
 	}
@@ -277,13 +291,16 @@ func object(name string, raw json.RawMessage) (json.RawMessage, error) {
 // decodeWithBody reads what every request with a body starts with:
 // accepts_incomplete from the query, then the body, decoded into a B (see
 // decodeBody).
-func decodeWithBody[B any](r *http.Request) (B, bool, error) {
+func decodeWithBody[B any, P interface {
+	*B
+	bodySlots
+}](r *http.Request) (B, bool, error) {
 	var b B
 	_, async, err := asyncQuery(r)
 	if err != nil {
 		return b, false, err
 	}
-	if err := decodeBody(r, &b); err != nil {
+	if err := decodeBody[B, P](r, &b); err != nil {
 		return b, false, err
 	}
 	return b, async, nil
