@@ -57,8 +57,8 @@ func decodeBind(r *http.Request) (engine.BindRequest, error) {
 		field{"predecessor_binding_id", b.PredecessorBindingID}); err != nil {
 		return engine.BindRequest{}, err
 	}
-	ident, objects, err := identityAndObjects(r, objectField{"bind_resource", b.BindResource},
-		objectField{"parameters", b.Parameters}, objectField{"context", b.Context})
+	ident, objects, err := identityAndObjects(r, objectField{freeBindResource, b.BindResource},
+		objectField{freeParameters, b.Parameters}, objectField{freeContext, b.Context})
 	if err != nil {
 		return engine.BindRequest{}, err
 	}

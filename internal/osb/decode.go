@@ -274,19 +274,31 @@ func plural(n int, word string) string {
 // object when it is one and within the engine's limits of size and nesting
 // (engine.CheckFreeForm: the engine stores it inside a record, which must
 // stay readable), and a bad request otherwise.
-func object(name string, raw json.RawMessage) (json.RawMessage, error) {
+func object(name freeForm, raw json.RawMessage) (json.RawMessage, error) {
 	t := bytes.TrimSpace(raw)
 	if len(t) == 0 || string(t) == "null" {
 		return nil, nil
 	}
 	if t[0] != '{' {
-		return nil, badRequest("field %q must be a JSON object", name)
+		return nil, badRequest("%s must be a JSON object", name.label)
 	}
-	if err := engine.CheckFreeForm(fmt.Sprintf("field %q", name), t); err != nil {
+	if err := engine.CheckFreeForm(name.label, t); err != nil {
 		return nil, badRequest("%v", err)
 	}
 	return t, nil
 }
+
+// freeForm names a free-form field of the request bodies; label is how
+// messages name it, made once rather than on every request.
+type freeForm struct{ label string }
+
+var (
+	freeParameters   = freeFormField("parameters")
+	freeContext      = freeFormField("context")
+	freeBindResource = freeFormField("bind_resource")
+)
+
+func freeFormField(name string) freeForm { return freeForm{fmt.Sprintf("field %q", name)} }
 
 // decodeWithBody reads what every request with a body starts with:
 // accepts_incomplete from the query, then the body, decoded into a B (see
@@ -296,7 +308,7 @@ func decodeWithBody[B any, P interface {
 	bodySlots
 }](r *http.Request) (B, bool, error) {
 	var b B
-	_, async, err := asyncQuery(r)
+	async, err := bodyQuery(r)
 	if err != nil {
 		return b, false, err
 	}
@@ -308,7 +320,7 @@ func decodeWithBody[B any, P interface {
 
 // objectField names an optional JSON object field of a request body.
 type objectField struct {
-	name string
+	name freeForm
 	raw  json.RawMessage
 }
 
@@ -364,6 +376,20 @@ func deleteQuery(r *http.Request) (serviceID, planID string, async bool, err err
 		return "", "", false, err
 	}
 	return serviceID, planID, async, nil
+}
+
+// bodyQuery reads the query of a request with a body, of which only
+// accepts_incomplete matters: the queries platforms send are known without
+// url.ParseQuery's map; any other goes through asyncQuery.
+func bodyQuery(r *http.Request) (bool, error) {
+	switch r.URL.RawQuery {
+	case "", "accepts_incomplete=false":
+		return false, nil
+	case "accepts_incomplete=true":
+		return true, nil
+	}
+	_, async, err := asyncQuery(r)
+	return async, err
 }
 
 // asyncQuery parses the query string and its accepts_incomplete.

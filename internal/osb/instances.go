@@ -100,7 +100,7 @@ func decodeProvision(r *http.Request) (engine.ProvisionRequest, error) {
 		field{"organization_guid", b.OrganizationGUID}, field{"space_guid", b.SpaceGUID}); err != nil {
 		return engine.ProvisionRequest{}, err
 	}
-	ident, objects, err := identityAndObjects(r, objectField{"parameters", b.Parameters}, objectField{"context", b.Context})
+	ident, objects, err := identityAndObjects(r, objectField{freeParameters, b.Parameters}, objectField{freeContext, b.Context})
 	if err != nil {
 		return engine.ProvisionRequest{}, err
 	}
@@ -137,7 +137,7 @@ func decodeUpdate(r *http.Request) (engine.UpdateRequest, error) {
 	if err := bounded(field{"service_id", b.ServiceID}, field{"plan_id", b.PlanID}); err != nil {
 		return engine.UpdateRequest{}, err
 	}
-	ident, objects, err := identityAndObjects(r, objectField{"parameters", b.Parameters}, objectField{"context", b.Context})
+	ident, objects, err := identityAndObjects(r, objectField{freeParameters, b.Parameters}, objectField{freeContext, b.Context})
 	if err != nil {
 		return engine.UpdateRequest{}, err
 	}

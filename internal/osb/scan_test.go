@@ -3,6 +3,7 @@ package osb
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"reflect"
 	"strings"
@@ -189,4 +190,19 @@ func BenchmarkDecodeBody(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestBodyQueryMatchesAsyncQuery checks bodyQuery's shortcuts against the
+// parsed query they stand for.
+func TestBodyQueryMatchesAsyncQuery(t *testing.T) {
+	for _, q := range []string{"", "accepts_incomplete=true", "accepts_incomplete=false", "accepts_incomplete=True",
+		"accepts_incomplete=true&accepts_incomplete=true", "accepts_incomplete=tr%75e", "accepts_incomplete", "x=1", "%zz", "accepts_incomplete=true;"} {
+		r := httptest.NewRequest("PUT", "/", nil)
+		r.URL.RawQuery = q
+		_, want, wantErr := asyncQuery(r)
+		got, err := bodyQuery(r)
+		if got != want || fmt.Sprint(err) != fmt.Sprint(wantErr) {
+			t.Errorf("query %q: bodyQuery %v, %v; asyncQuery %v, %v", q, got, err, want, wantErr)
+		}
+	}
 }
