@@ -294,13 +294,18 @@ func benchProvisionBind(b *testing.B, latency time.Duration) {
 // and round-trips/op, the calls on the critical path (calls in flight at
 // once count once), which is what a backend a round trip away makes an
 // operation wait for. With writes counted (harnessOpts.writes), it
-// reports record-writes/op too: each a synchronous commit.
+// reports record-writes/op too: each a synchronous commit. It also
+// reports the process's CPU time per operation (cpu-ns/op, see
+// reportCPU), over the timed operations only: client, broker and backend
+// share the process, so the broker's own CPU is its figure less the
+// direct calls'.
 type callMeter struct {
 	calls                testharness.Calls
 	writes               atomic.Int64
 	requests, roundTrips int
 	recordWrites         int64
 	ops                  int
+	cpu0, cpu            time.Duration
 }
 
 // skip forgets the calls and writes made since the last look: set-up or
@@ -308,11 +313,13 @@ type callMeter struct {
 func (m *callMeter) skip() {
 	m.calls.Take()
 	m.writes.Store(0)
+	m.cpu0 = processCPU()
 }
 
 // op counts the calls and writes made since the last look as one
 // operation's.
 func (m *callMeter) op() {
+	m.cpu += processCPU() - m.cpu0
 	n, rt := m.calls.Take()
 	m.requests += n
 	m.roundTrips += rt
@@ -324,6 +331,7 @@ func (m *callMeter) report(b *testing.B) {
 	if m.ops > 0 {
 		b.ReportMetric(float64(m.requests)/float64(m.ops), "requests/op")
 		b.ReportMetric(float64(m.roundTrips)/float64(m.ops), "round-trips/op")
+		b.ReportMetric(float64(m.cpu)/float64(m.ops), "cpu-ns/op")
 		if m.recordWrites > 0 {
 			b.ReportMetric(float64(m.recordWrites)/float64(m.ops), "record-writes/op")
 		}
