@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // scanSeeds are request bodies for FuzzScanBody: what platforms send, and
@@ -97,8 +99,8 @@ func compareDecoders[B any, P interface {
 		if wantErr != nil {
 			t.Fatalf("%T: scanBody accepted %q, encoding/json did not: %v", scanned, body, wantErr)
 		}
-		if !reflect.DeepEqual(scanned, want) {
-			t.Fatalf("%T from %q: scanBody %+v, encoding/json %+v", scanned, body, scanned, want)
+		if d := cmp.Diff(want, scanned); d != "" {
+			t.Fatalf("%T from %q: scanBody differs from encoding/json (-json +scan):\n%s", scanned, body, d)
 		}
 	}
 
@@ -107,8 +109,8 @@ func compareDecoders[B any, P interface {
 	if (err == nil) != (wantErr == nil) || err != nil && err.Error() != wantErr.Error() {
 		t.Fatalf("%T from %q: error %v, encoding/json's %v", got, body, err, wantErr)
 	}
-	if err == nil && !reflect.DeepEqual(got, want) {
-		t.Fatalf("%T from %q: decodeBody %+v, encoding/json %+v", got, body, got, want)
+	if d := cmp.Diff(want, got); err == nil && d != "" {
+		t.Fatalf("%T from %q: decodeBody differs from encoding/json (-json +decodeBody):\n%s", got, body, d)
 	}
 }
 
