@@ -79,9 +79,13 @@ func kill(t *testing.T, srv *Server) {
 }
 
 func s3Client(srv *Server, access, secret string) *s3.Client {
+	return s3ClientAt(srv.S3Endpoint(), srv.Region(), access, secret)
+}
+
+func s3ClientAt(endpoint, region, access, secret string) *s3.Client {
 	return s3.New(s3.Options{
-		Region:       srv.Region(),
-		BaseEndpoint: aws.String(srv.S3Endpoint()),
+		Region:       region,
+		BaseEndpoint: aws.String(endpoint),
 		UsePathStyle: true,
 		Credentials:  credentials.NewStaticCredentialsProvider(access, secret, ""),
 		Retryer:      aws.NopRetryer{},
