@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -284,10 +286,28 @@ func (t *inFlight) close() error {
 	return t.f.Close()
 }
 
-// repairScope is what a start repairs: every bucket, or those named.
+// repairScope is what a start repairs: nothing (after a clean stop),
+// every bucket, or those named.
 type repairScope struct {
-	all     bool
-	buckets []string
+	none, all bool
+	buckets   []string
+}
+
+// run repairs what the scope says and logs how long it took.
+func (sc repairScope) run(objectsDir, versionsDir string, log *slog.Logger) error {
+	began := time.Now()
+	switch {
+	case sc.none:
+		return nil
+	case sc.all:
+		err := repair(objectsDir, versionsDir, log)
+		log.Info("Repaired every bucket", "took", time.Since(began).Round(time.Millisecond))
+		return err
+	default:
+		err := repairNamed(objectsDir, versionsDir, sc.buckets, log)
+		log.Info("Repaired the buckets of the calls a kill interrupted", "buckets", len(sc.buckets), "took", time.Since(began).Round(time.Millisecond))
+		return err
+	}
 }
 
 // readInFlight says what a start that found no clean-stop marker must

@@ -190,7 +190,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		running.Store(false)
 		return nil, fmt.Errorf("start embedded S3 server: %w", err)
 	}
-	scope := repairScope{all: marker}
+	scope := repairScope{none: clean, all: marker}
 	if !clean && !marker {
 		scope = readInFlight(dataDir, log.Warn)
 	}
@@ -198,21 +198,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	// (the two grow with the instances and touch different folders); the
 	// gateway starts once both are done.
 	repaired := make(chan error, 1)
-	go func() {
-		began := time.Now()
-		switch {
-		case clean:
-			repaired <- nil
-		case scope.all:
-			err := repair(objectsDir, versionsDir, log)
-			log.Info("Repaired every bucket, as after a kill", "took", time.Since(began).Round(time.Millisecond))
-			repaired <- err
-		default:
-			err := repairNamed(objectsDir, versionsDir, scope.buckets, log)
-			log.Info("Repaired the buckets of the calls a kill interrupted", "buckets", len(scope.buckets), "took", time.Since(began).Round(time.Millisecond))
-			repaired <- err
-		}
-	}()
+	go func() { repaired <- scope.run(objectsDir, versionsDir, log) }()
 	waitRepair := sync.OnceValue(func() error {
 		if err := <-repaired; err != nil {
 			return fmt.Errorf("start embedded S3 server: %w", err)
