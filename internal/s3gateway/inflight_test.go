@@ -408,3 +408,33 @@ func TestInFlightSlots(t *testing.T) {
 		t.Errorf("after a CreateBucket returned the file names %q, want none", got)
 	}
 }
+
+// BenchmarkInFlightCall is what the in-flight file adds to each call
+// that can leave damage: a slot written and cleared (two pwrites of a
+// record), on every core at once.
+//
+//	go test -run '^$' -bench InFlightCall ./internal/s3gateway/
+func BenchmarkInFlightCall(b *testing.B) {
+	dir := b.TempDir()
+	for _, d := range cleanStopDirs(dir) {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			b.Fatal(err)
+		}
+	}
+	f, err := openInFlight(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.close()
+	ctx := context.Background()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			end, err := f.begin(ctx, opObjects, "bb-scale-0000001-1a646d20291d41473a9fed13")
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			end()
+		}
+	})
+}
