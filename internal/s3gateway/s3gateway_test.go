@@ -71,7 +71,10 @@ func stop(t *testing.T, srv *Server) {
 }
 
 // kill stops srv leaving the data directory as a kill -9 would: without
-// the IAM index and the clean-stop marker a clean stop writes.
+// the IAM index and the clean-stop marker a clean stop writes. Unlike a
+// kill, the stop removes the IAM API's socket, which changes run/: the
+// next start does not use the in-flight file and repairs every bucket
+// (the tests of inflight_test.go kill a process of their own).
 func kill(t *testing.T, srv *Server) {
 	t.Helper()
 	srv.crash = true
