@@ -62,12 +62,41 @@ func repair(objectsDir, versionsDir string, log *slog.Logger) error {
 		versioned[e.Name()] = true
 	}
 	return eachFile(len(buckets), func(i int) error {
-		removed, err := removeHalfCreatedBucket(objectsDir, buckets[i], log)
-		if err != nil || removed {
+		return repairOne(objectsDir, versionsDir, buckets[i], versioned[buckets[i]], log)
+	})
+}
+
+// repairNamed repairs the buckets named, as repair does every bucket: a
+// start after a kill repairs those of the calls it interrupted
+// (inflight.go). A name with no directory in objectsDir (a CreateBucket
+// killed before its mkdir, a DeleteBucket that removed it) has nothing to
+// repair.
+func repairNamed(objectsDir, versionsDir string, buckets []string, log *slog.Logger) error {
+	bucketRepairs.Add(int64(len(buckets)))
+	return eachFile(len(buckets), func(i int) error {
+		fi, err := os.Lstat(filepath.Join(objectsDir, buckets[i]))
+		if errors.Is(err, fs.ErrNotExist) || err == nil && !fi.IsDir() {
+			return nil
+		}
+		if err != nil {
 			return err
 		}
-		return repairBucket(objectsDir, versionsDir, buckets[i], versioned[buckets[i]], log)
+		_, err = os.Lstat(filepath.Join(versionsDir, buckets[i]))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return repairOne(objectsDir, versionsDir, buckets[i], err == nil, log)
 	})
+}
+
+// repairOne removes bucket if a killed CreateBucket left it half made,
+// or else repairs what is in it; versioned says it has a versions folder.
+func repairOne(objectsDir, versionsDir, bucket string, versioned bool, log *slog.Logger) error {
+	removed, err := removeHalfCreatedBucket(objectsDir, bucket, log)
+	if err != nil || removed {
+		return err
+	}
+	return repairBucket(objectsDir, versionsDir, bucket, versioned, log)
 }
 
 // removeHalfCreatedBucket removes the bucket directory under objectsDir

@@ -272,8 +272,9 @@ const cleanStopFile = "clean-stop"
 
 const cleanStopMagic = "bucketbroker clean stop 1\n"
 
-// repairRuns counts the repairs started in this process, for the tests.
-var repairRuns atomic.Int64
+// repairRuns counts the repairs of every bucket started in this process,
+// bucketRepairs the buckets repaired by name (repairNamed), for the tests.
+var repairRuns, bucketRepairs atomic.Int64
 
 // cleanStopDirs are the folders a clean-stop marker depends on: run
 // (every server start binds its socket there) and objects (a bucket
@@ -303,17 +304,17 @@ func writeCleanStop(dataDir string) error {
 }
 
 // takeCleanStop removes the clean-stop marker durably and says whether
-// the last server stopped cleanly with nothing changed since: the marker
-// was there, whole, and its stamps are the folders' now. Why it is not
-// used, when it is there, is logged once.
-func takeCleanStop(dataDir string, warn func(msg string, args ...any)) (bool, error) {
+// the last server stopped cleanly with nothing changed since (clean): the
+// marker was there (found), whole, and its stamps are the folders' now.
+// Why it is not used, when it is there, is logged once.
+func takeCleanStop(dataDir string, warn func(msg string, args ...any)) (clean, found bool, err error) {
 	path := filepath.Join(dataDir, cleanStopFile)
 	b, ok, err := take(path)
 	if err != nil {
-		return false, fmt.Errorf("take clean-stop marker: %w", err)
+		return false, false, fmt.Errorf("take clean-stop marker: %w", err)
 	}
 	if !ok {
-		return false, nil
+		return false, false, nil
 	}
 	why := func() error {
 		body, err := unseal(cleanStopMagic, b)
@@ -340,8 +341,8 @@ func takeCleanStop(dataDir string, warn func(msg string, args ...any)) (bool, er
 		return nil
 	}()
 	if why != nil {
-		warn("The clean-stop marker is not used: the data directory is repaired as after a kill", "file", path, "error", why)
-		return false, nil
+		warn("The clean-stop marker is not used: every bucket is repaired", "file", path, "error", why)
+		return false, true, nil
 	}
-	return true, nil
+	return true, true, nil
 }

@@ -58,6 +58,11 @@ const (
 // running guards the versitygw package globals: one Server per process.
 var running atomic.Bool
 
+// objectMeta is where versitygw's posix backend keeps the attributes of
+// buckets and objects: their extended attributes. A var for tests, which
+// stop a call inside versitygw there.
+var objectMeta meta.MetadataStorer = meta.XattrMeta{}
+
 // Config configures the embedded servers.
 type Config struct {
 	// DataDir holds objects/, versions/, iam/ and run/ (the private
@@ -88,6 +93,9 @@ type Server struct {
 	dataDir string
 	store   *userStore
 	log     *slog.Logger
+	// inFlight records the S3 calls in flight; nil if it could not be
+	// written.
+	inFlight *inFlight
 	// crash, set by tests before Stop, makes Stop leave what a kill
 	// leaves: no IAM index, no clean-stop marker.
 	crash bool
@@ -174,24 +182,23 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	// After a clean stop nothing is half done: the repair is for what a
 	// killed process leaves (cleanstop.go). The marker is gone from here
-	// on, so a kill of this server leaves none.
-	clean, err := takeCleanStop(dataDir, log.Warn)
+	// on, so a kill of this server leaves none. After a kill, the calls
+	// it interrupted name the buckets to repair (inflight.go).
+	clean, marker, err := takeCleanStop(dataDir, log.Warn)
 	if err != nil {
 		_ = lock.Close()
 		running.Store(false)
 		return nil, fmt.Errorf("start embedded S3 server: %w", err)
 	}
+	scope := repairScope{none: clean, all: marker}
+	if !clean && !marker {
+		scope = readInFlight(dataDir, log.Warn)
+	}
 	// The repair of the objects runs while the IAM API opens its users
 	// (the two grow with the instances and touch different folders); the
 	// gateway starts once both are done.
 	repaired := make(chan error, 1)
-	go func() {
-		if clean {
-			repaired <- nil
-			return
-		}
-		repaired <- repair(objectsDir, versionsDir, log)
-	}()
+	go func() { repaired <- scope.run(objectsDir, versionsDir, log) }()
 	waitRepair := sync.OnceValue(func() error {
 		if err := <-repaired; err != nil {
 			return fmt.Errorf("start embedded S3 server: %w", err)
@@ -236,6 +243,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		if s.sockDir != nil {
 			_ = s.sockDir.Close()
 		}
+		_ = s.inFlight.close()
 		_ = lock.Close()
 		running.Store(false)
 		return nil, err
@@ -287,15 +295,21 @@ func (s *Server) start(ctx context.Context, cfg Config, store *userStore, object
 	if err := repaired(); err != nil {
 		return err
 	}
+	// From here on, the calls in flight are recorded: after the bind
+	// (run/'s stamp) and the repair (objects/'s).
+	if s.inFlight, err = openInFlight(s.dataDir); err != nil {
+		s.log.Warn("Calls in flight are not recorded: the next start after a kill repairs every bucket", "error", err)
+	}
 
 	s.s3Addr, s.gw, err = startListener(ctx, "S3 server", cfg.S3Listen, func(addr string) (*component, func(context.Context) error) {
 		c := launch(func(ctx context.Context) error {
 			// A new backend per run: RunVersityGW shuts it down on return.
-			be, err := posix.New(objectsDir, meta.XattrMeta{}, posix.PosixOpts{VersioningDir: versionsDir})
+			be, err := posix.New(objectsDir, objectMeta, posix.PosixOpts{VersioningDir: versionsDir})
 			if err != nil {
 				return fmt.Errorf("open object store %s: %w", objectsDir, err)
 			}
-			return embedgw.RunVersityGW(ctx, keyRecorder{Posix: be, versionsDir: versionsDir}, &embedgw.Config{
+			tracked := trackedBackend{keyRecorder: keyRecorder{Posix: be, versionsDir: versionsDir}, inFlight: s.inFlight}
+			return embedgw.RunVersityGW(ctx, tracked, &embedgw.Config{
 				RootUserAccess:        cfg.RootAccessKey,
 				RootUserSecret:        cfg.RootSecretKey,
 				Region:                cfg.Region,
@@ -481,6 +495,9 @@ func (s *Server) supervise() {
 		errs = append(errs, fmt.Errorf("embedded S3 server on %s: %w", s.s3Addr, err))
 	}
 	drained := time.Since(began) < gatewayDrainLimit
+	if err := s.inFlight.close(); err != nil {
+		errs = append(errs, fmt.Errorf("in-flight file: %w", err))
+	}
 	if err := s.iam.shutdown(); err != nil {
 		errs = append(errs, fmt.Errorf("embedded IAM API on %s: %w", s.iamAddr, err))
 	}

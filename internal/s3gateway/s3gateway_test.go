@@ -71,7 +71,10 @@ func stop(t *testing.T, srv *Server) {
 }
 
 // kill stops srv leaving the data directory as a kill -9 would: without
-// the IAM index and the clean-stop marker a clean stop writes.
+// the IAM index and the clean-stop marker a clean stop writes. Unlike a
+// kill, the stop removes the IAM API's socket, which changes run/: the
+// next start does not use the in-flight file and repairs every bucket
+// (the tests of inflight_test.go kill a process of their own).
 func kill(t *testing.T, srv *Server) {
 	t.Helper()
 	srv.crash = true
@@ -79,9 +82,13 @@ func kill(t *testing.T, srv *Server) {
 }
 
 func s3Client(srv *Server, access, secret string) *s3.Client {
+	return s3ClientAt(srv.S3Endpoint(), srv.Region(), access, secret)
+}
+
+func s3ClientAt(endpoint, region, access, secret string) *s3.Client {
 	return s3.New(s3.Options{
-		Region:       srv.Region(),
-		BaseEndpoint: aws.String(srv.S3Endpoint()),
+		Region:       region,
+		BaseEndpoint: aws.String(endpoint),
 		UsePathStyle: true,
 		Credentials:  credentials.NewStaticCredentialsProvider(access, secret, ""),
 		Retryer:      aws.NopRetryer{},

@@ -320,6 +320,10 @@ func startupRepairs(log string) string {
 		{"versions made current again", "Made the newest version current again"},
 		{"half-created buckets", "Removed a bucket directory a killed CreateBucket left"},
 		{"versions left as they were", "left as they are"},
+		// How each start after a kill chose its buckets: those the
+		// in-flight file named, or every one (the file not used).
+		{"starts that repaired the buckets of the calls in flight", "Repaired the buckets of the calls a kill interrupted"},
+		{"starts that repaired every bucket", "Repaired every bucket"},
 	} {
 		parts = append(parts, fmt.Sprintf("%d %s", strings.Count(log, m.msg), m.what))
 	}
