@@ -192,7 +192,7 @@ func (s *userStore) moveUsers(ctx context.Context, tx *sql.Tx, seen seenUsers, f
 		if err := seen.add(from, u); err != nil {
 			return err
 		}
-		rid, was, err := readUser(tx.QueryRowContext(ctx, `SELECT rid, data FROM users WHERE id = ?`, u.UserID))
+		rid, was, err := readUser(tx.QueryRowContext(ctx, `SELECT rid, id, name, path, data FROM users WHERE id = ?`, u.UserID))
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			err = s.insertChecked(ctx, tx, u)

@@ -33,11 +33,11 @@ const usersDB = "users.db"
 // call reads and parses in full and each change rewrites in full, so a
 // call costs time in proportion to the number of users (135 ms a driver
 // call at 300 users against 6 ms with a few: BenchmarkProvision). Here a
-// user is a row: the user as versitygw's types.User encodes to JSON (its
-// keys and inline policies included; about 1.3 KB for a user the s3iam
-// driver makes), beside the columns the lookups need, its id, its name as
+// user is a row: the columns the lookups need, its id, its name as
 // stored (the listing order) and case-folded (IAM compares names so), and
-// its path; its access key ids are rows of their own that point to it. A
+// its path, and the rest of the user as versitygw's types.User encodes to
+// JSON (its keys and inline policies included; about 1.2 KB for a user
+// the s3iam driver makes: encodeUser); its access key ids are rows of their own that point to it. A
 // call reads or changes its user's row through an index; a ListUsers page
 // is a range of the index of names; nothing is kept in memory per user and
 // a start reads no user (TestStartReadsNoUser): its cost does not grow with
@@ -152,6 +152,18 @@ func (s *userStore) openDB(ctx context.Context) error {
 	}
 	s.writer.SetMaxOpenConns(1)
 	s.writer.SetConnMaxIdleTime(0)
+	// The page size first: it is fixed by the first write, and by WAL
+	// mode. A user's row is about 1.3 KB: a 4 KiB page holds two (2 KB of
+	// disk a user), an 8 KiB page five or six.
+	var mode string
+	if _, err := s.writer.ExecContext(ctx, `PRAGMA page_size = 8192`); err != nil {
+		_ = s.writer.Close()
+		return fmt.Errorf("set page size: %w", err)
+	}
+	if err := s.writer.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode); err != nil || mode != "wal" {
+		_ = s.writer.Close()
+		return fmt.Errorf("set WAL mode: %q, %w", mode, err)
+	}
 	var version int
 	if err := s.writer.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
 		_ = s.writer.Close()
@@ -179,14 +191,14 @@ func (s *userStore) openDB(ctx context.Context) error {
 	return nil
 }
 
-// usersDSN is the data source name of the users database: WAL,
+// usersDSN is the data source name of the users database:
 // synchronous=NORMAL (see userStore), transactions that take the write
 // lock at BEGIN (a read-then-write transaction could otherwise fail with
-// SQLITE_BUSY), read-only connections for the readers.
+// SQLITE_BUSY), read-only connections for the readers. WAL mode is set by
+// openDB, after the page size.
 func usersDSN(path string, readOnly bool) string {
 	q := url.Values{}
 	q.Set("_busy_timeout", "10000")
-	q.Set("_journal_mode", "WAL")
 	q.Set("_synchronous", "NORMAL")
 	if readOnly {
 		q.Set("_query_only", "on")
@@ -228,8 +240,8 @@ type querier interface {
 }
 
 const (
-	byNameSQL = `SELECT rid, data FROM users WHERE folded = ?`
-	byKeySQL  = `SELECT u.rid, u.data FROM access_keys k JOIN users u ON u.rid = k.user WHERE k.id = ?`
+	byNameSQL = `SELECT rid, id, name, path, data FROM users WHERE folded = ?`
+	byKeySQL  = `SELECT u.rid, u.id, u.name, u.path, u.data FROM access_keys k JOIN users u ON u.rid = k.user WHERE k.id = ?`
 )
 
 // lookup reads the user named name (case-insensitively), or IAM's
@@ -253,23 +265,44 @@ func lookupKey(ctx context.Context, q querier, id string) (int64, types.User, in
 	return rid, u, i, err
 }
 
+// readUser scans rid, id, name, path, data.
 func readUser(row *sql.Row) (int64, types.User, error) {
 	var (
-		rid  int64
-		data []byte
-		u    types.User
+		rid            int64
+		id, name, path string
+		data           []byte
+		u              types.User
 	)
-	if err := row.Scan(&rid, &data); err != nil {
+	if err := row.Scan(&rid, &id, &name, &path, &data); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, u, err
 		}
 		return 0, u, fmt.Errorf("read IAM user: %w", err)
 	}
-	userReads.Add(1)
-	if err := json.Unmarshal(data, &u); err != nil {
-		return 0, u, fmt.Errorf("read IAM user (row %d): %w", rid, err)
+	u, err := decodeUser(id, name, path, data)
+	return rid, u, err
+}
+
+// encodeUser is a user's data column: the user as types.User encodes to
+// JSON, less what its columns hold (name, id, path).
+func encodeUser(u types.User) ([]byte, error) {
+	u.UserName, u.UserID, u.Path = "", "", ""
+	b, err := json.Marshal(u)
+	if err != nil {
+		return nil, fmt.Errorf("encode IAM user: %w", err)
 	}
-	return rid, u, nil
+	return b, nil
+}
+
+// decodeUser is encodeUser's inverse.
+func decodeUser(id, name, path string, data []byte) (types.User, error) {
+	userReads.Add(1)
+	var u types.User
+	if err := json.Unmarshal(data, &u); err != nil {
+		return u, fmt.Errorf("read IAM user %q: %w", name, err)
+	}
+	u.UserID, u.UserName, u.Path = id, name, path
+	return u, nil
 }
 
 // update applies change to the user named name and stores it, in one
@@ -322,9 +355,9 @@ func storeUser(ctx context.Context, tx *sql.Tx, rid int64, before []string, u ty
 	case !errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("write IAM user %q: %w", u.UserName, err)
 	}
-	data, err := json.Marshal(u)
+	data, err := encodeUser(u)
 	if err != nil {
-		return fmt.Errorf("encode IAM user %q: %w", u.UserName, err)
+		return err
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE users SET name = ?, folded = ?, path = ?, data = ? WHERE rid = ?`,
 		u.UserName, strings.ToLower(u.UserName), u.Path, data, rid); err != nil {
@@ -398,9 +431,9 @@ func (s *userStore) CreateUser(ctx context.Context, user types.User) (*types.Use
 
 // insertUser adds u's row (its name and id checked free) and its keys.
 func insertUser(ctx context.Context, tx *sql.Tx, u types.User) error {
-	data, err := json.Marshal(u)
+	data, err := encodeUser(u)
 	if err != nil {
-		return fmt.Errorf("encode IAM user %q: %w", u.UserName, err)
+		return err
 	}
 	res, err := tx.ExecContext(ctx, `INSERT INTO users (id, name, folded, path, data) VALUES (?, ?, ?, ?, ?)`,
 		u.UserID, u.UserName, strings.ToLower(u.UserName), u.Path, data)
@@ -477,7 +510,7 @@ func (s *userStore) ListUsers(ctx context.Context, input storage.ListUsersInput)
 	if input.MaxItems > 0 {
 		limit = int(input.MaxItems)
 	}
-	rows, err := s.readers.QueryContext(ctx, `SELECT name, path, data FROM users WHERE name > ? ORDER BY name`, input.Marker)
+	rows, err := s.readers.QueryContext(ctx, `SELECT id, name, path, data FROM users WHERE name > ? ORDER BY name`, input.Marker)
 	if err != nil {
 		return nil, fmt.Errorf("list IAM users: %w", err)
 	}
@@ -485,10 +518,10 @@ func (s *userStore) ListUsers(ctx context.Context, input storage.ListUsersInput)
 	out := &storage.ListUsersOutput{Users: []types.User{}}
 	for rows.Next() {
 		var (
-			name, path string
-			data       sql.RawBytes
+			id, name, path string
+			data           sql.RawBytes
 		)
-		if err := rows.Scan(&name, &path, &data); err != nil {
+		if err := rows.Scan(&id, &name, &path, &data); err != nil {
 			return nil, fmt.Errorf("list IAM users: %w", err)
 		}
 		if !strings.HasPrefix(path, input.PathPrefix) {
@@ -498,10 +531,9 @@ func (s *userStore) ListUsers(ctx context.Context, input storage.ListUsersInput)
 			out.IsTruncated, out.Marker = true, out.Users[limit-1].UserName
 			break
 		}
-		userReads.Add(1)
-		var u types.User
-		if err := json.Unmarshal(data, &u); err != nil {
-			return nil, fmt.Errorf("list IAM users: read %q: %w", name, err)
+		u, err := decodeUser(id, name, path, data)
+		if err != nil {
+			return nil, fmt.Errorf("list IAM users: %w", err)
 		}
 		out.Users = append(out.Users, u)
 	}
