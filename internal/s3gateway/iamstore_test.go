@@ -550,3 +550,30 @@ func TestListUsersReadsThePage(t *testing.T) {
 		t.Errorf("ListUsers after reopening:\n%s", cmp.Diff(want, got))
 	}
 }
+
+// TestListUsersInNameOrder: ListUsers pages through the users in the
+// byte order of their stored names, as versitygw's store lists them (not
+// the case-folded order of the index that keeps names unique): the
+// audit's merge of the users with the broker's records relies on it.
+func TestListUsersInNameOrder(t *testing.T) {
+	ctx := context.Background()
+	s := openUserStore(t, t.TempDir())
+	for i, name := range []string{"alice", "Zed", "éclair", "_x", "Bob", "Carl"} {
+		if _, err := s.CreateUser(ctx, newUser(name, fmt.Sprintf("AIDA%04d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var all []string
+	in := storage.ListUsersInput{MaxItems: 2}
+	for {
+		names, out := userNames(t, s, in)
+		all = append(all, names...)
+		if !out.IsTruncated {
+			break
+		}
+		in.Marker = out.Marker
+	}
+	if want := []string{"Bob", "Carl", "Zed", "_x", "alice", "éclair"}; !slices.Equal(all, want) {
+		t.Errorf("ListUsers in pages of 2: %v, want %v", all, want)
+	}
+}
