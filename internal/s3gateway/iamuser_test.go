@@ -301,10 +301,12 @@ const killWriterEnv = "BUCKETBROKER_TEST_IAM_KILL_WRITER"
 
 // TestUserStoreKillMidWrite kills (SIGKILL) a process that changes users
 // as fast as it can (a user, its policy, its key, its tag: four
-// transactions), after it reported 40 users done, at whatever point it
-// then is: the database opens after, passes SQLite's integrity check,
-// every user reported done is whole, and the index of access keys agrees
-// with the users' rows.
+// transactions each), after it reported 40 more users done, at whatever
+// point it then is, five times on one database, each process going on
+// after the users there (one it left half made stays so): after each kill
+// the database opens, passes SQLite's integrity check, every user any of
+// them reported done is whole, and the index of access keys agrees with
+// the users' rows.
 func TestUserStoreKillMidWrite(t *testing.T) {
 	ctx := context.Background()
 	if dir := os.Getenv(killWriterEnv); dir != "" {
@@ -312,7 +314,11 @@ func TestUserStoreKillMidWrite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := 0; ; i++ {
+		var from int
+		if err := s.readers.QueryRowContext(ctx, `SELECT count(*) FROM users`).Scan(&from); err != nil {
+			t.Fatal(err)
+		}
+		for i := from; ; i++ {
 			if err := driverLikeUser(ctx, s, i); err != nil {
 				t.Fatal(err)
 			}
@@ -323,6 +329,18 @@ func TestUserStoreKillMidWrite(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
+	var done []int
+	for round := range 5 {
+		done = append(done, killWriter(t, dir, 40)...)
+		checkAfterKill(t, dir, done)
+		t.Logf("kill %d: after %d users reported done", round+1, len(done))
+	}
+}
+
+// killWriter starts TestUserStoreKillMidWrite's child on dir, kills it
+// once it reported n users done, and returns them.
+func killWriter(t *testing.T, dir string, n int) []int {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestUserStoreKillMidWrite$", "-test.count=1")
 	cmd.Env = append(os.Environ(), killWriterEnv+"="+dir)
 	out, err := cmd.StdoutPipe()
@@ -333,26 +351,38 @@ func TestUserStoreKillMidWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := bufio.NewScanner(out)
-	last := -1
-	for last < 39 && lines.Scan() {
-		if _, err := fmt.Sscanf(lines.Text(), "done %d", &last); err != nil {
-			continue
+	var done []int
+	for len(done) < n && lines.Scan() {
+		var i int
+		if _, err := fmt.Sscanf(lines.Text(), "done %d", &i); err == nil {
+			done = append(done, i)
 		}
 	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	if last < 39 {
-		t.Fatalf("the writer stopped after %d users", last+1)
+	if len(done) < n {
+		t.Fatalf("the writer stopped after %d users, before %d", len(done), n)
 	}
+	return done
+}
 
-	s := openUserStore(t, dir)
+// checkAfterKill opens dir after a kill: the database is whole, the users
+// done are, and the key index agrees with the rows.
+func checkAfterKill(t *testing.T, dir string, done []int) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := newUserStore(ctx, dir)
+	if err != nil {
+		t.Fatalf("open after the kill: %v", err)
+	}
+	defer s.Close()
 	var check string
 	if err := s.readers.QueryRowContext(ctx, `PRAGMA integrity_check`).Scan(&check); err != nil || check != "ok" {
 		t.Fatalf("integrity check after the kill: %q, %v", check, err)
 	}
-	for i := 0; i <= last; i++ {
+	for _, i := range done {
 		name := fmt.Sprintf("bb-binding-%032x", i)
 		u, err := s.GetUserByAccessKeyID(ctx, fmt.Sprintf("AKIA%016X", i))
 		if err != nil || u.UserName != name || len(u.Policies.Inline) != 1 || len(u.Tags) != 2 {
@@ -376,5 +406,4 @@ func TestUserStoreKillMidWrite(t *testing.T) {
 	if err := s.readers.QueryRowContext(ctx, `SELECT count(*) FROM access_keys`).Scan(&indexed); err != nil || indexed != keys {
 		t.Errorf("%d access keys indexed (%v), %d in the users' rows", indexed, err, keys)
 	}
-	t.Logf("killed after %d users reported done; %d users, %d keys in the database", last+1, len(all.Users), keys)
 }
