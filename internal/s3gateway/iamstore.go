@@ -37,11 +37,11 @@ const usersDB = "users.db"
 // stored (the listing order) and case-folded (IAM compares names so), and
 // its path, and the rest of the user as versitygw's types.User encodes to
 // JSON (its keys and inline policies included; about 1.2 KB for a user
-// the s3iam driver makes: encodeUser); its access key ids are rows of their own that point to it. A
-// call reads or changes its user's row through an index; a ListUsers page
-// is a range of the index of names; nothing is kept in memory per user and
-// a start reads no user (TestStartReadsNoUser): its cost does not grow with
-// the users.
+// the s3iam driver makes: encodeUser); its access key ids are rows of
+// their own that point to it. A call reads or changes its user's row
+// through an index; a ListUsers page is a range of the index of names;
+// nothing is kept in memory per user and a start reads no user
+// (TestStartReadsNoUser): its cost does not grow with the users.
 //
 // What a user's row decides (limits, tags, policies, keys, errors) is
 // versitygw's store's logic for one user (iamuser.go). What spans users
@@ -56,10 +56,9 @@ const usersDB = "users.db"
 // lose the last changes, not corrupt the database. That is what the user
 // files before it gave (renamed into place, not fsynced), at the cost of
 // a write, not of an fsync, per change: a binding is three or four IAM
-// changes, and the broker's own record of the binding, which is what a
-// crash must not lose, is fsynced (synchronous=FULL) by the broker's
-// store; after a crash the broker's reconcile finds a user or key that is
-// missing. The migration of an older layout (iammigrate.go) is the one
+// changes. The broker's own record of the binding is fsynced by its store
+// (synchronous=FULL); a binding whose user or key a crash of the machine
+// lost is what `bucketbroker admin audit` reports as missing. The migration of an older layout (iammigrate.go) is the one
 // place that needs more: the older files are removed only after a
 // checkpoint has fsynced the users into the database file.
 type userStore struct {
