@@ -186,7 +186,10 @@ func (s *userStore) openDB(ctx context.Context) error {
 		_ = s.writer.Close()
 		return err
 	}
-	s.readers.SetMaxOpenConns(max(4, runtime.GOMAXPROCS(0)))
+	// Kept open: a connection opened anew costs more than a read.
+	n := max(4, runtime.GOMAXPROCS(0))
+	s.readers.SetMaxOpenConns(n)
+	s.readers.SetMaxIdleConns(n)
 	return nil
 }
 
