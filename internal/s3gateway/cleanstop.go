@@ -14,36 +14,32 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A start reads two things a clean stop left, to skip work whose result
-// they already hold: the clean-stop marker (cleanStopFile: the bucket
-// repair can be skipped) and the IAM index (indexFile: the users folder
-// need not be read). Both follow one rule: a start removes them, and
-// makes the removal durable, before the server serves, so that after a
-// start every change is made with neither on disk, and a process killed
+// A start reads what a clean stop left, to skip work whose result it
+// already holds: the clean-stop marker (cleanStopFile: the bucket repair
+// can be skipped). (The IAM users need no such file: their database opens
+// without reading them, however the last server ended; the IAM index an
+// older bucketbroker left, DataDir/iam/index, is removed by the first
+// start, iammigrate.go.) The marker follows one rule: a start removes it,
+// and makes the removal durable, before the server serves, so that after
+// a start every change is made without it on disk, and a process killed
 // after it (kill -9, a crash of the machine) leaves none behind; only a
-// stop that completed writes them again. A start that does not find one,
-// or finds it unreadable or stale, does the full work, as every start did
+// stop that completed writes it again. A start that does not find it, or
+// finds it unreadable or stale, does the full work, as every start did
 // before.
 //
-// "Stale" is about what a process that does not know these files does
+// "Stale" is about what a process that does not know the marker does
 // while the server is stopped: an older bucketbroker (which neither
-// removes them nor writes them), or a hand edit. A generation counter
-// bumped on every write would miss both: only this code bumps it. What
-// they cannot avoid changing is a directory: every write of a user's file
-// (by any version of the store) is a rename into the users folder, a
-// user added or removed by hand is an entry there, and every start of a
-// server, of any version, binds its private socket in the run folder, and
-// a bucket created, or half-created by a killed CreateBucket, is an entry
-// in the objects folder. Each file therefore records the stamp (dirStamp)
-// of the folders it depends on, as they were when it was written, and is
+// removes it nor writes it), or a hand edit. A generation counter bumped
+// on every write would miss both: only this code bumps it. What they
+// cannot avoid changing is a directory: every start of a server, of any
+// version, binds its private socket in the run folder, and a bucket
+// created, or half-created by a killed CreateBucket, is an entry in the
+// objects folder. The marker therefore records the stamp (dirStamp) of
+// the folders it depends on, as they were when it was written, and is
 // used only if they are the same at the next start: the change time
 // (ctime) cannot be set back by hand as the modification time can (touch
 // -d sets the ctime to now), and a folder replaced by another has another
-// inode. What a stamp does not see is an edit of a file's content in
-// place (a shell's "> file"): the store never writes so, and a hand edit
-// of a user's JSON is not something a start can afford to look for at
-// 100,000 users (one stat each): after such an edit, remove iam/index
-// while the server is stopped and the next start reads every file.
+// inode.
 
 // dirStamp is what a folder's stat says about its entries: a change of
 // any entry (created, removed, renamed) sets its ctime and mtime to the
@@ -94,7 +90,7 @@ func settle(stamps ...dirStamp) {
 	}
 }
 
-// The two files are a magic line, a body, and the CRC-32 (Castagnoli) of
+// The marker is a magic line, a body, and the CRC-32 (Castagnoli) of
 // both: a file cut short or changed is detected and not used.
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
@@ -190,12 +186,12 @@ func syncDir(dir string) error {
 	return errors.Join(d.Sync(), d.Close())
 }
 
-// encoder and decoder are the two files' bodies: unsigned varints and
-// length-prefixed strings.
+// encoder and decoder are the marker's body: varints.
 type encoder struct{ b []byte }
 
 func (e *encoder) uint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
 func (e *encoder) int(v int64)   { e.b = binary.AppendVarint(e.b, v) }
+
 func (e *encoder) str(s string) {
 	e.uint(uint64(len(s)))
 	e.b = append(e.b, s...)

@@ -16,7 +16,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/versity/versitygw/iamapi/types"
 )
 
 func iamClient(srv *Server, cfg Config) *iam.Client {
@@ -72,16 +71,16 @@ func checkUsers(t *testing.T, srv *Server, cfg Config, keys map[string]string) {
 	}
 }
 
-// counts is what the start skips: the walks of the users folder, the
-// repairs, the user files read.
-type counts struct{ walks, repairs, reads int64 }
+// counts is what a start does or skips: the repairs, the IAM users read
+// (none: the users database needs no walk).
+type counts struct{ repairs, reads int64 }
 
 func countsNow() counts {
-	return counts{userWalks.Load(), repairRuns.Load(), recordReads.Load()}
+	return counts{repairRuns.Load(), userReads.Load()}
 }
 
 func (c counts) since(before counts) counts {
-	return counts{c.walks - before.walks, c.repairs - before.repairs, c.reads - before.reads}
+	return counts{c.repairs - before.repairs, c.reads - before.reads}
 }
 
 func exists(path string) bool {
@@ -101,48 +100,37 @@ func stoppedWithUsers(t *testing.T) (cfg Config, logged *strings.Builder, first 
 	return cfg, logged, first, keys
 }
 
-// TestCleanStopSkipsWalkAndRepair: a start after a clean stop takes the
-// IAM index and the clean-stop marker (they are gone before it serves,
-// so a kill from then on leaves neither), reads no user's file but the
-// one named by hand (the index keeps no id for it), does not repair, and
-// has every user, key and bucket.
-func TestCleanStopSkipsWalkAndRepair(t *testing.T) {
+// TestCleanStopSkipsRepair: a start after a clean stop takes the
+// clean-stop marker (gone before it serves, so a kill from then on leaves
+// none), does not repair, reads no IAM user (nor after a kill:
+// TestKillRunsRepair), and has every user, key and bucket. A clean stop
+// leaves no IAM index (the users database needs none), and a start
+// removes the one an older bucketbroker left.
+func TestCleanStopSkipsRepair(t *testing.T) {
 	ctx := context.Background()
 	cfg := testConfig(t, t.TempDir())
-	usersFolder := filepath.Join(cfg.DataDir, "iam", usersDir)
-	if err := os.MkdirAll(usersFolder, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	hand := types.User{UserName: "by-hand", UserID: "AIDAHAND", Path: "/",
-		AccessKeys: []types.AccessKeyEntry{{AccessKeyId: "AKIAHAND", SecretAccessKey: "s", Status: "Active"}}}
-	b, err := encodeUser(hand)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(usersFolder, "uhand.json"), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	bucket := "kept-" + randomKey(t)
-
 	first := start(t, cfg)
 	keys := makeUsers(t, first, cfg, "app", 5)
-	keys[hand.UserName] = "AKIAHAND"
 	if _, err := s3Client(first, cfg.RootAccessKey, cfg.RootSecretKey).CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
 		t.Fatal(err)
 	}
 	stop(t, first)
-	index, marker := filepath.Join(cfg.DataDir, "iam", indexFile), filepath.Join(cfg.DataDir, cleanStopFile)
-	if !exists(index) || !exists(marker) {
-		t.Fatalf("after a clean stop: index there %v, marker there %v; want both", exists(index), exists(marker))
+	index, marker := filepath.Join(cfg.DataDir, "iam", oldIndexFile), filepath.Join(cfg.DataDir, cleanStopFile)
+	if exists(index) || !exists(marker) {
+		t.Fatalf("after a clean stop: IAM index there %v, marker there %v; want the marker only", exists(index), exists(marker))
+	}
+	if err := os.WriteFile(index, []byte("bucketbroker IAM index 1\n"), 0o600); err != nil {
+		t.Fatal(err)
 	}
 
 	before := countsNow()
 	second := start(t, cfg)
-	if got := countsNow().since(before); got != (counts{0, 0, 1}) {
-		t.Errorf("a start after a clean stop: %d walks, %d repairs, %d files read; want 0, 0, 1 (the file named by hand)", got.walks, got.repairs, got.reads)
+	if got := countsNow().since(before); got != (counts{0, 0}) {
+		t.Errorf("a start after a clean stop: %d repairs, %d users read; want 0, 0", got.repairs, got.reads)
 	}
 	if exists(index) || exists(marker) {
-		t.Errorf("while serving: index there %v, marker there %v; want neither (a kill now must leave none)", exists(index), exists(marker))
+		t.Errorf("while serving: IAM index there %v, marker there %v; want neither (a kill now must leave none)", exists(index), exists(marker))
 	}
 	checkUsers(t, second, cfg, keys)
 	if _, err := s3Client(second, cfg.RootAccessKey, cfg.RootSecretKey).HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &bucket}); err != nil {
@@ -150,11 +138,11 @@ func TestCleanStopSkipsWalkAndRepair(t *testing.T) {
 	}
 }
 
-// TestKillRunsWalkAndRepair: a server killed (no clean stop) after a
-// start that used the index leaves neither file, so the next start reads
-// every user's file, sees the users made since, and removes a bucket a
-// killed CreateBucket left half made.
-func TestKillRunsWalkAndRepair(t *testing.T) {
+// TestKillRunsRepair: a server killed (no clean stop) after a start that
+// used the marker leaves none, so the next start repairs: it removes a
+// bucket a killed CreateBucket left half made. It reads no IAM user, and
+// has the users made before and since.
+func TestKillRunsRepair(t *testing.T) {
 	ctx := context.Background()
 	cfg := testConfig(t, t.TempDir())
 	first := start(t, cfg)
@@ -173,8 +161,8 @@ func TestKillRunsWalkAndRepair(t *testing.T) {
 
 	before := countsNow()
 	third := start(t, cfg)
-	if got := countsNow().since(before); got.walks != 1 || got.repairs != 1 || got.reads != 4 {
-		t.Errorf("a start after a kill: %d walks, %d repairs, %d files read; want 1, 1, 4", got.walks, got.repairs, got.reads)
+	if got := countsNow().since(before); got != (counts{1, 0}) {
+		t.Errorf("a start after a kill: %d repairs, %d users read; want 1, 0", got.repairs, got.reads)
 	}
 	checkUsers(t, third, cfg, keys)
 	if exists(filepath.Join(cfg.DataDir, "objects", half)) {
@@ -187,47 +175,14 @@ func TestKillRunsWalkAndRepair(t *testing.T) {
 
 // TestStaleCleanStopNotUsed: what changes the data directory while the
 // server is stopped (an older bucketbroker, which neither takes nor
-// writes the files, or a hand) makes the start do the full work: a user
-// file added, rewritten (as every version of the store writes: a rename
-// over it) or removed makes it read every user's file, and another
-// server's start (its socket bound in run/) or a bucket directory made
-// makes it repair.
+// writes the marker, or a hand) makes the start repair: another
+// server's start (its socket bound in run/) or a bucket directory made.
 func TestStaleCleanStopNotUsed(t *testing.T) {
 	cases := []struct {
-		name           string
-		change         func(t *testing.T, dir string, srv *Server, keys map[string]string)
-		walks, repairs int64
+		name    string
+		change  func(t *testing.T, dir string, srv *Server, keys map[string]string)
+		repairs int64
 	}{
-		{"user added", func(t *testing.T, dir string, _ *Server, keys map[string]string) {
-			u := types.User{UserName: "added", UserID: "AIDAADDED", Path: "/",
-				AccessKeys: []types.AccessKeyEntry{{AccessKeyId: "AKIAADDED", SecretAccessKey: "s", Status: "Active"}}}
-			b, err := encodeUser(u)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(dir, "iam", usersDir, userFileName(u.UserID)), b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			keys["added"] = "AKIAADDED"
-		}, 1, 0},
-		{"user changed", func(t *testing.T, _ string, srv *Server, keys map[string]string) {
-			f := srv.store.users["app-0"].sh.store.(*userFile)
-			u, err := f.lookup("app-0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			u.AccessKeys[0].AccessKeyId = "AKIACHANGED"
-			if err := f.write(u); err != nil {
-				t.Fatal(err)
-			}
-			keys["app-0"] = "AKIACHANGED"
-		}, 1, 0},
-		{"user removed", func(t *testing.T, _ string, srv *Server, keys map[string]string) {
-			if err := os.Remove(srv.store.users["app-1"].sh.store.(*userFile).path()); err != nil {
-				t.Fatal(err)
-			}
-			delete(keys, "app-1")
-		}, 1, 0},
 		{"another server ran", func(t *testing.T, dir string, _ *Server, _ map[string]string) {
 			sock := filepath.Join(dir, "run", socketName)
 			if err := os.WriteFile(sock, nil, 0o600); err != nil {
@@ -236,12 +191,12 @@ func TestStaleCleanStopNotUsed(t *testing.T) {
 			if err := os.Remove(sock); err != nil {
 				t.Fatal(err)
 			}
-		}, 0, 1},
+		}, 1},
 		{"bucket directory made", func(t *testing.T, dir string, _ *Server, _ map[string]string) {
 			if err := os.Mkdir(filepath.Join(dir, "objects", "half"), 0o700); err != nil {
 				t.Fatal(err)
 			}
-		}, 0, 1},
+		}, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -250,8 +205,8 @@ func TestStaleCleanStopNotUsed(t *testing.T) {
 
 			before := countsNow()
 			srv := start(t, cfg)
-			if got := countsNow().since(before); got.walks != tc.walks || got.repairs != tc.repairs {
-				t.Errorf("%d walks, %d repairs; want %d, %d", got.walks, got.repairs, tc.walks, tc.repairs)
+			if got := countsNow().since(before); got.repairs != tc.repairs {
+				t.Errorf("%d repairs; want %d", got.repairs, tc.repairs)
 			}
 			if n := strings.Count(logged.String(), "level=WARN"); n != 1 || !strings.Contains(logged.String(), "changed since") {
 				t.Errorf("want one warning that says what changed, logged:\n%s", logged.String())
@@ -261,7 +216,7 @@ func TestStaleCleanStopNotUsed(t *testing.T) {
 	}
 }
 
-// TestCorruptCleanStopFallsBack: an index or a marker cut short, with a
+// TestCorruptCleanStopFallsBack: a marker cut short, with a
 // byte changed, emptied, or of another version, is not used: the start
 // warns once and does the full work.
 func TestCorruptCleanStopFallsBack(t *testing.T) {
@@ -272,7 +227,7 @@ func TestCorruptCleanStopFallsBack(t *testing.T) {
 		"other magic":  func(b []byte) []byte { return append([]byte("x"), b...) },
 	}
 	for name, corrupt := range corruptions {
-		for _, file := range []string{filepath.Join("iam", indexFile), cleanStopFile} {
+		for _, file := range []string{cleanStopFile} {
 			t.Run(name+" "+file, func(t *testing.T) {
 				cfg, logged, _, keys := stoppedWithUsers(t)
 				path := filepath.Join(cfg.DataDir, file)
@@ -286,12 +241,8 @@ func TestCorruptCleanStopFallsBack(t *testing.T) {
 
 				before := countsNow()
 				srv := start(t, cfg)
-				want := counts{walks: 0, repairs: 1}
-				if file != cleanStopFile {
-					want = counts{walks: 1, repairs: 0}
-				}
-				if got := countsNow().since(before); got.walks != want.walks || got.repairs != want.repairs {
-					t.Errorf("%d walks, %d repairs; want %d, %d", got.walks, got.repairs, want.walks, want.repairs)
+				if got := countsNow().since(before); got.repairs != 1 {
+					t.Errorf("%d repairs; want 1", got.repairs)
 				}
 				if n := strings.Count(logged.String(), "level=WARN"); n != 1 {
 					t.Errorf("want one warning, logged:\n%s", logged.String())
@@ -308,8 +259,8 @@ func TestCorruptCleanStopFallsBack(t *testing.T) {
 // TestStopWithRequestRunningLeavesNoMarker: a stop that finds an S3
 // request still running waits out versitygw's shutdown limit, after which
 // versitygw returns without an error and the request dies with the
-// process, as under a kill: the stop leaves the IAM index but not the
-// clean-stop marker, so the next start repairs.
+// process, as under a kill: the stop leaves no clean-stop marker, so the
+// next start repairs.
 func TestStopWithRequestRunningLeavesNoMarker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits out versitygw's 10 s shutdown limit")
@@ -328,13 +279,12 @@ func TestStopWithRequestRunningLeavesNoMarker(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond) // let the server read what was sent
 	stop(t, srv)
-	index, marker := filepath.Join(cfg.DataDir, "iam", indexFile), filepath.Join(cfg.DataDir, cleanStopFile)
-	if !exists(index) || exists(marker) {
-		t.Fatalf("a stop with a request running: index there %v, marker there %v; want the index and no marker", exists(index), exists(marker))
+	if marker := filepath.Join(cfg.DataDir, cleanStopFile); exists(marker) {
+		t.Fatalf("a stop with a request running left the clean-stop marker %s", marker)
 	}
 	before := countsNow()
 	start(t, cfg)
-	if got := countsNow().since(before); got.walks != 0 || got.repairs != 1 {
-		t.Errorf("the start after it: %d walks, %d repairs; want 0 (the index) and 1", got.walks, got.repairs)
+	if got := countsNow().since(before); got.repairs != 1 {
+		t.Errorf("the start after it: %d repairs; want 1", got.repairs)
 	}
 }

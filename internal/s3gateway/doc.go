@@ -9,20 +9,26 @@
 // file store keeps every user in one JSON file that each call parses and
 // each change rewrites in full (after a backup copy), so a call costs time
 // in proportion to the number of users (135 ms per driver call at 300 users
-// against 6 ms at a few). userStore gives each user a file of its own,
-// DataDir/iam/users/u<hex of the user id>.json (userFile: the user as
-// versitygw's types.User encodes, about 1.4 KB; versitygw's store's logic for
-// one user; a change written to a temporary file renamed over it), and
-// keeps in memory which file holds which user name and access key, and
-// the names and paths in listing order, so that a ListUsers page reads its
-// own users only. A start reads each user's file once
-// (BenchmarkOpenUserStore); the start-up probes ask for one user and one
-// bucket by name (a listing would read every user's file, or stat every
-// bucket's directory: TestStartListsNoBuckets).
-// Data directories of the earlier layouts are migrated by the first start:
-// a folder per user with versitygw's store in it is rewritten into the
-// user's file. Roles, OIDC providers, sessions, and users made before
-// per-user storage stay in DataDir/iam/iam.json and are served as before.
+// against 6 ms at a few). userStore keeps the users in a SQLite database,
+// DataDir/iam/users.db: a row per user (the user as versitygw's types.User
+// encodes, about 1.3 KB; versitygw's store's logic for one user) beside its
+// id, its name as stored and case-folded, and its path, and a row per
+// access key id, all indexed, so that a call reads or changes its user's
+// row and a ListUsers page, in name order, decodes its own users only.
+// Nothing is held in memory per user and a start reads no user, whichever
+// way the last server ended (TestStartReadsNoUser, BenchmarkOpenUserStore);
+// the start-up probes ask for one user and one bucket by name (a listing
+// would read every user, or stat every bucket's directory:
+// TestStartListsNoBuckets). The database is in WAL mode with
+// synchronous=NORMAL: a kill -9 loses no committed change and leaves none
+// in part (TestUserStoreKillMidWrite); a crash of the machine may lose the
+// last changes, as the user files before it could (see userStore).
+// Data directories of the earlier layouts (users in iam.json, a folder per
+// user with versitygw's store in it, a file per user and the index of
+// them a clean stop left) are moved into the database by the first start,
+// crash-safely: the older files are removed only once the database holds
+// their users durably (iammigrate.go, TestMigrateKilled). Roles, OIDC
+// providers and sessions stay in DataDir/iam/iam.json, versitygw's store.
 // BenchmarkProvision measures a driver call as the users grow.
 //
 // The gateway does not hold any user's secret: it asks the IAM API, over a
@@ -89,29 +95,23 @@
 // nothing that it could delete. A rename across file systems (objects/ and
 // versions/ mounted apart) is not attempted: it is logged and left.
 //
-// Both walks, of the users' files and of the buckets, are for a start
-// that knows nothing of how the last server ended. A clean stop (Stop,
-// with both servers shut down without error) leaves two files that save
-// them (cleanstop.go, iamindex.go): DataDir/iam/index, the IAM index as a
-// start would build it from the users' files, and DataDir/clean-stop, the
-// marker that nothing was left half done (not left when the S3 server's
-// shutdown waited out versitygw's limit: its requests still running then
-// die with the process, as under a kill), both fsynced after a syncfs
-// of the data's file systems (the stores themselves do not fsync, and a
-// crash of the machine must not keep a file that vouches for data it
-// lost). Each records the stamp (inode,
-// ctime, mtime) of the folders it depends on: the users folder for the
-// index, run/ (every server start binds its socket there) and objects/
-// for the marker. A start removes both, durably (the folder fsynced),
-// before it serves, so any change after a start is made without them and
-// a kill or crash from then on leaves none; then it uses the index only
-// if it is whole (a CRC) and the users folder's stamp is the recorded one,
-// and skips the repair only if the marker is whole and run/ and objects/
-// are as recorded. So a start after a kill, or after an older
-// bucketbroker, a hand edit or another server ran on the data dir (each
-// changes a stamp), does the full walks as before; a file that is not
-// used is reported once (Warn). At 100,000 instances this is most of a
-// restart's CPU (docs/performance.md, issue 17).
+// The walk of the buckets is for a start that knows nothing of how the
+// last server ended. A clean stop (Stop, with both servers shut down
+// without error) leaves a file that saves it (cleanstop.go):
+// DataDir/clean-stop, the marker that nothing was left half done (not
+// left when the S3 server's shutdown waited out versitygw's limit: its
+// requests still running then die with the process, as under a kill),
+// fsynced after a syncfs of the data's file systems (the object store
+// does not fsync, and a crash of the machine must not keep a file that
+// vouches for data it lost). It records the stamp (inode, ctime, mtime)
+// of the folders it depends on: run/ (every server start binds its socket
+// there) and objects/. A start removes it, durably (the folder fsynced),
+// before it serves, so any change after a start is made without it and a
+// kill or crash from then on leaves none; then it skips the repair only
+// if the marker is whole (a CRC) and run/ and objects/ are as recorded.
+// So a start after a kill, or after an older bucketbroker, a hand edit or
+// another server ran on the data dir (each changes a stamp), does the
+// full walk as before; a marker that is not used is reported once (Warn).
 //
 // After a kill the bucket repair need not walk either: the damage is
 // made by the calls the kill interrupted, and each names its bucket. The

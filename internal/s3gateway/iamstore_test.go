@@ -2,6 +2,8 @@ package s3gateway
 
 import (
 	"context"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,6 +30,11 @@ func openUserStore(t *testing.T, dir string) *userStore {
 	if err != nil {
 		t.Fatalf("newUserStore: %v", err)
 	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("close the user store: %v", err)
+		}
+	})
 	return s
 }
 
@@ -48,10 +55,10 @@ func userNames(t *testing.T, s storage.Storer, in storage.ListUsersInput) ([]str
 	return names, out
 }
 
-// TestUserStoreAcrossUsers checks what userStore decides itself, across the
-// per-user stores: names unique regardless of case, user and key ids unique,
-// listing and paging over every store, renames, and a reopened store that
-// finds everything again and drops what a crash left half made.
+// TestUserStoreAcrossUsers checks what userStore decides itself, across
+// users: names unique regardless of case, user and key ids unique, listing
+// and paging in name order, renames, and a reopened store that finds
+// everything again.
 func TestUserStoreAcrossUsers(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -114,23 +121,11 @@ func TestUserStoreAcrossUsers(t *testing.T) {
 	if err := s.DeleteUser(ctx, "carol"); err != nil {
 		t.Fatalf("DeleteUser carol: %v", err)
 	}
-	countDirs := func(what string, want int) {
-		t.Helper()
-		entries, err := os.ReadDir(filepath.Join(dir, usersDir))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(entries) != want {
-			t.Errorf("%s: %d user directories, want %d (one per user)", what, len(entries), want)
-		}
+	if _, err := s.CreateAccessKey(ctx, storage.CreateAccessKeyInput{UserName: "erin", AccessKeyID: "AKIA0001", Status: "Active"}); !errors.Is(err, storage.ErrAccessKeyIDAlreadyExists) {
+		t.Errorf("CreateAccessKey for erin with Alice's key id: got %v, want ErrAccessKeyIDAlreadyExists", err)
 	}
-	countDirs("after deleting carol", 3)
-
-	// A crash between making a user's directory and writing the user
-	// leaves an empty store behind.
-	crashed := filepath.Join(dir, usersDir, "uhalfmade")
-	if err := os.Mkdir(crashed, 0o700); err != nil {
-		t.Fatal(err)
+	if out, err := s.ListAccessKeys(ctx, storage.ListAccessKeysInput{UserName: "erin"}); err != nil || len(out.AccessKeys) != 0 {
+		t.Errorf("erin's keys after the refused key: %+v, %v; want none", out, err)
 	}
 	r := openUserStore(t, dir)
 	names, _ = userNames(t, r, storage.ListUsersInput{})
@@ -140,16 +135,13 @@ func TestUserStoreAcrossUsers(t *testing.T) {
 	if u, err := r.GetUserByAccessKeyID(ctx, "AKIA0001"); err != nil || u.UserName != "Alice" {
 		t.Errorf("GetUserByAccessKeyID after reopening: got %v, %v; want Alice", u, err)
 	}
-	if _, err := os.Stat(crashed); !os.IsNotExist(err) {
-		t.Errorf("empty user directory %s still there after reopening (stat: %v)", crashed, err)
-	}
-	countDirs("after reopening", 3)
 }
 
 // TestUserStoreKeepsOlderUsers opens an IAM directory written by
 // versitygw's own store (every user in iam.json), as data directories made
-// before userStore have: those users, their keys and policies are served
-// as before, alongside new ones.
+// before userStore have: those users, their keys and policies are moved
+// into the database and served as before, alongside new ones, and are no
+// longer in iam.json.
 func TestUserStoreKeepsOlderUsers(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -191,14 +183,17 @@ func TestUserStoreKeepsOlderUsers(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := old.GetUser(ctx, "Legacy"); iamCode(err) != "NoSuchEntity" {
-		t.Errorf("the older user is still in iam.json after DeleteUser: %v", err)
+		t.Errorf("the older user is still in iam.json after the migration: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, backupFile)); err != nil || strings.Contains(string(b), "AIDAOLD1") {
+		t.Errorf("iam.json's backup after the migration: %s, %v; want it without the older user", b, err)
 	}
 }
 
 // TestUserStoreConcurrentSameName creates, uses and deletes the same few
 // names from many goroutines (run with -race): every call ends in success
-// or in IAM's own answer for the state it met, and what is left is
-// consistent with the index.
+// or in IAM's own answer for the state it met, and what is left is the
+// same when reopened.
 func TestUserStoreConcurrentSameName(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -242,13 +237,6 @@ func TestUserStoreConcurrentSameName(t *testing.T) {
 	again, _ := userNames(t, r, storage.ListUsersInput{})
 	if diff := cmp.Diff(names, again); diff != "" {
 		t.Errorf("users after reopening differ from before: -before +after\n%s", diff)
-	}
-	entries, err := os.ReadDir(filepath.Join(dir, usersDir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(entries) != len(names) {
-		t.Errorf("%d user directories for %d users", len(entries), len(names))
 	}
 }
 
@@ -313,7 +301,7 @@ func TestUserStoreDropsUnwrittenStores(t *testing.T) {
 		t.Fatal(err)
 	}
 	dead := filepath.Join(dir, usersDir, "deadbeef")
-	if err := os.Mkdir(dead, 0o700); err != nil {
+	if err := os.MkdirAll(dead, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dead, storeFile), nil, 0o600); err != nil {
@@ -337,28 +325,44 @@ func TestUserStoreDropsUnwrittenStores(t *testing.T) {
 	}
 }
 
-// TestUserStoreKeepsWrittenStores: in a folder of the older layout, an
-// empty file whose backup is not empty was written before (only a crash
-// of the machine truncates a renamed file): the store refuses to open and
+// writeUserFile writes u into the IAM directory dir as a file of its own,
+// as the store before the database did (the indexed line, then the user),
+// and returns the file's path.
+func writeUserFile(t *testing.T, dir string, u types.User) string {
+	t.Helper()
+	head, err := json.Marshal(map[string]any{"UserName": u.UserName, "UserID": u.UserID, "Path": u.Path, "AccessKeys": keyIDs(u)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, usersDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, usersDir, "u"+hex.EncodeToString([]byte(u.UserID))+userFileSuffix)
+	if err := os.WriteFile(path, append(append(head, '\n'), body...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestUserStoreKeepsWrittenStores: in the older layouts, an empty file
+// whose backup is not empty was written before (only a crash of the
+// machine truncates a renamed file): the store refuses to open and
 // removes nothing; so does an emptied user file. A temporary file a
-// killed write left (a whole copy of a user, secrets included), of either
-// layout, is removed at start.
+// killed write left (a whole copy of a user, secrets included), of root's
+// file or of either older layout, is removed at start.
 func TestUserStoreKeepsWrittenStores(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s := openUserStore(t, dir)
-	if _, err := s.CreateUser(ctx, newUser("alice", "AIDA0001")); err != nil {
-		t.Fatal(err)
-	}
-	files, err := filepath.Glob(filepath.Join(dir, usersDir, "*"))
-	if err != nil || len(files) != 1 {
-		t.Fatalf("user files %v %v, want one", files, err)
-	}
+	file := writeUserFile(t, dir, newUser("alice", "AIDA0001"))
 	old := filepath.Join(dir, usersDir, "uold")
 	if err := os.Mkdir(old, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	leftovers := []string{filepath.Join(dir, storeFile+"123456"), files[0] + tmpSuffix, filepath.Join(old, storeFile+"654321")}
+	leftovers := []string{filepath.Join(dir, storeFile+"123456"), file + tmpSuffix, filepath.Join(old, storeFile+"654321")}
 	for _, f := range leftovers {
 		if err := os.WriteFile(f, []byte(`{"secret":"x"}`), 0o600); err != nil {
 			t.Fatal(err)
@@ -376,13 +380,15 @@ func TestUserStoreKeepsWrittenStores(t *testing.T) {
 
 	// An emptied user file (a crash of the machine; a kill cannot): a
 	// refusal, and the file is kept.
-	if err := os.Truncate(files[0], 0); err != nil {
+	dir = t.TempDir()
+	file = writeUserFile(t, dir, newUser("alice", "AIDA0001"))
+	if err := os.Truncate(file, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := newUserStore(ctx, dir); err == nil || !strings.Contains(err.Error(), "empty") {
 		t.Errorf("newUserStore over an emptied user file = %v, want a refusal", err)
 	}
-	if _, err := os.Stat(files[0]); err != nil {
+	if _, err := os.Stat(file); err != nil {
 		t.Errorf("the refusal removed the emptied file: %v", err)
 	}
 
@@ -447,14 +453,12 @@ func TestLockDataDir(t *testing.T) {
 	again.Close()
 }
 
-// TestStartReadsEachUserOnce starts the servers on an IAM directory of
-// users: a start reads each user's file once, for the indexes, the
-// start-up probe included (a listing read every user's). A call for one
-// user then reads that user's file only. The first start also migrates
-// the users from the older layout (TestMigrateOlderLayout) and is
-// killed, so that the second, counted, walks the users folder (after a
-// clean stop it would read the index: TestCleanStopSkipsWalkAndRepair).
-func TestStartReadsEachUserOnce(t *testing.T) {
+// TestStartReadsNoUser starts the servers on an IAM directory of users:
+// the first start moves them from the older layout into the database (and
+// says so), and a start after a kill reads none of them, its start-up
+// probe included (a listing read every user's); a call for one user then
+// reads that user only.
+func TestStartReadsNoUser(t *testing.T) {
 	const n = 30
 	cfg := testConfig(t, t.TempDir())
 	writeOldUsers(t, filepath.Join(cfg.DataDir, "iam"), n)
@@ -464,10 +468,10 @@ func TestStartReadsEachUserOnce(t *testing.T) {
 	if !strings.Contains(logged.String(), "Moved the IAM users of the older layout") || !strings.Contains(logged.String(), fmt.Sprintf("users=%d", n)) {
 		t.Errorf("the first start's log does not say it migrated %d users:\n%s", n, logged.String())
 	}
-	before := recordReads.Load()
+	before := userReads.Load()
 	srv := start(t, cfg)
-	if got := recordReads.Load() - before; got != n {
-		t.Errorf("the start read %d user files for %d users, want each once", got, n)
+	if got := userReads.Load() - before; got != 0 {
+		t.Errorf("the start read %d users of %d, want none", got, n)
 	}
 	rootIAM := iam.New(iam.Options{
 		Region: IAMRegion, BaseEndpoint: aws.String(srv.IAMEndpoint()), Retryer: aws.NopRetryer{},
@@ -478,8 +482,8 @@ func TestStartReadsEachUserOnce(t *testing.T) {
 	if err != nil || aws.ToString(out.User.UserName) != name {
 		t.Fatalf("GetUser %s: %v", name, err)
 	}
-	if got := recordReads.Load() - before; got != n+1 {
-		t.Errorf("after one GetUser %d user files were read, want %d", got, n+1)
+	if got := userReads.Load() - before; got != 1 {
+		t.Errorf("after one GetUser %d users were read, want 1", got)
 	}
 }
 
@@ -493,14 +497,14 @@ func TestListUsersReadsThePage(t *testing.T) {
 	dir := t.TempDir()
 	writeOldUsers(t, dir, n)
 	s := openUserStore(t, dir)
-	before := recordReads.Load()
+	before := userReads.Load()
 	var all []string
 	in := storage.ListUsersInput{MaxItems: 5, PathPrefix: "/bucketbroker/"}
 	for pages := 1; ; pages++ {
 		names, out := userNames(t, s, in)
 		all = append(all, names...)
-		if got := recordReads.Load() - before; got != int64(len(all)) {
-			t.Fatalf("after page %d (%d users listed) %d user files were read, want as many as listed", pages, len(all), got)
+		if got := userReads.Load() - before; got != int64(len(all)) {
+			t.Fatalf("after page %d (%d users listed) %d users were read, want as many as listed", pages, len(all), got)
 		}
 		if !out.IsTruncated {
 			break
@@ -541,48 +545,35 @@ func TestListUsersReadsThePage(t *testing.T) {
 	if got, _ := userNames(t, s, storage.ListUsersInput{PathPrefix: "/else"}); !cmp.Equal(got, []string{first}) {
 		t.Errorf("ListUsers under /else: %v, want [%s]", got, first)
 	}
-	// The same from the files.
+	// The same from the database, reopened.
 	if got, _ := userNames(t, openUserStore(t, dir), storage.ListUsersInput{PathPrefix: "/bucketbroker/"}); !cmp.Equal(got, want) {
 		t.Errorf("ListUsers after reopening:\n%s", cmp.Diff(want, got))
 	}
 }
 
-// TestIndexKeepsNoFileNames: the index keeps no file name for a user whose
-// file is named by its id, as the store names them (made from the id, the
-// string the index of ids holds, when needed: issue 17's memory per
-// user), after a create and after a reopen; a file named otherwise (by
-// hand) keeps its name, and its user is read and changed through it.
-func TestIndexKeepsNoFileNames(t *testing.T) {
+// TestListUsersInNameOrder: ListUsers pages through the users in the
+// byte order of their stored names, as versitygw's store lists them (not
+// the case-folded order of the index that keeps names unique): the
+// audit's merge of the users with the broker's records relies on it.
+func TestListUsersInNameOrder(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := openUserStore(t, dir)
-	for i, name := range []string{"alice", "bob"} {
+	s := openUserStore(t, t.TempDir())
+	for i, name := range []string{"alice", "Zed", "éclair", "_x", "Bob", "Carl"} {
 		if _, err := s.CreateUser(ctx, newUser(name, fmt.Sprintf("AIDA%04d", i))); err != nil {
-			t.Fatalf("CreateUser %s: %v", name, err)
+			t.Fatal(err)
 		}
 	}
-	if err := os.Rename(filepath.Join(dir, usersDir, userFileName("AIDA0001")), filepath.Join(dir, usersDir, "uhand.json")); err != nil {
-		t.Fatal(err)
-	}
-	check := func(when string, s *userStore, want map[string]string) {
-		t.Helper()
-		for name, base := range want {
-			f := s.users[name].sh.store.(*userFile)
-			if f.base != base {
-				t.Errorf("%s: %s's file kept as %q, want %q", when, name, f.base, base)
-			}
-			if _, err := os.Stat(f.path()); err != nil {
-				t.Errorf("%s: %s's file: %v", when, name, err)
-			}
+	var all []string
+	in := storage.ListUsersInput{MaxItems: 2}
+	for {
+		names, out := userNames(t, s, in)
+		all = append(all, names...)
+		if !out.IsTruncated {
+			break
 		}
+		in.Marker = out.Marker
 	}
-	check("created", s, map[string]string{"alice": ""})
-	s = openUserStore(t, dir)
-	check("reopened", s, map[string]string{"alice": "", "bob": "uhand.json"})
-	if err := s.TagUser(ctx, "bob", []types.Tag{{Key: "k", Value: "v"}}); err != nil {
-		t.Fatalf("TagUser bob, in a file named by hand: %v", err)
-	}
-	if out, err := s.ListUserTags(ctx, storage.ListUserTagsInput{UserName: "bob"}); err != nil || len(out.Tags) != 1 {
-		t.Errorf("ListUserTags bob: %+v, %v; want the tag", out, err)
+	if want := []string{"Bob", "Carl", "Zed", "_x", "alice", "éclair"}; !slices.Equal(all, want) {
+		t.Errorf("ListUsers in pages of 2: %v, want %v", all, want)
 	}
 }

@@ -97,7 +97,7 @@ type Server struct {
 	// written.
 	inFlight *inFlight
 	// crash, set by tests before Stop, makes Stop leave what a kill
-	// leaves: no IAM index, no clean-stop marker.
+	// leaves: no clean-stop marker.
 	crash bool
 
 	gw   *component
@@ -207,7 +207,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	})
 	// The IAM users are opened before the listeners' start-up timeout
 	// runs: the first start on a data dir of the older layout migrates
-	// every user (86 s at 100,000 on 2 shared cores).
+	// every user into its database (61-163 s at 100,000 on 2 shared cores).
 	t0 := time.Now()
 	store, err := newUserStore(ctx, iamDir)
 	if err != nil {
@@ -216,11 +216,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		running.Store(false)
 		return nil, fmt.Errorf("start embedded IAM API: %w", err)
 	}
-	if store.indexUnused != nil {
-		log.Warn("The IAM index the last clean stop left is not used: every user's file is read", "error", store.indexUnused)
-	}
 	if store.migrated > 0 {
-		log.Info("Moved the IAM users of the older layout (a folder each) into a file each", "users", store.migrated, "took", time.Since(t0).Round(time.Millisecond))
+		log.Info("Moved the IAM users of the older layout into the users database", "users", store.migrated, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
@@ -244,6 +241,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			_ = s.sockDir.Close()
 		}
 		_ = s.inFlight.close()
+		_ = store.Close()
 		_ = lock.Close()
 		running.Store(false)
 		return nil, err
@@ -277,7 +275,7 @@ func (s *Server) start(ctx context.Context, cfg Config, store *userStore, object
 				return fmt.Errorf("private socket: %w", err)
 			}
 			// One user by name: the answer needs the root keys checked
-			// and reads at most that user's file. A listing would read
+			// and reads at most that user's row. A listing would read
 			// every user's (a start at 20,000 users spent 17% of its CPU
 			// in this probe). NoSuchEntity is the expected answer; the
 			// user, should someone have made it, proves as much.
@@ -478,8 +476,7 @@ var gatewayDrainLimit = 9 * time.Second
 
 // supervise stops both servers when Stop is called or either one exits.
 // A stop asked for, in which both servers shut down cleanly, leaves what
-// saves the next start work: the IAM index and the clean-stop marker
-// (cleanstop.go).
+// saves the next start work: the clean-stop marker (cleanstop.go).
 func (s *Server) supervise() {
 	asked := false
 	select {
@@ -509,6 +506,9 @@ func (s *Server) supervise() {
 			errs = append(errs, err)
 		}
 	}
+	if err := s.store.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close the IAM users database: %w", err))
+	}
 	if err := s.lock.Close(); err != nil {
 		errs = append(errs, err)
 	}
@@ -517,30 +517,25 @@ func (s *Server) supervise() {
 	close(s.closed)
 }
 
-// leaveCleanStop writes the IAM index and then the clean-stop marker:
-// the marker last, as it says everything before it was done. Neither is
-// needed: a failure is logged and the next start does the full work.
+// leaveCleanStop writes the clean-stop marker. It is not needed: a
+// failure is logged and the next start does the full work.
 //
-// Both are fsynced, and the users' files, objects and buckets they vouch
-// for are not (the stores do not fsync): the file systems are synced
-// first (syncfs), so that a crash of the machine after the stop cannot
-// keep an index or a marker and lose what they describe (a user's file
-// renamed into place but not written, a bucket's directory without its
-// ACL).
+// It is fsynced, and the objects and buckets it vouches for are not (the
+// store does not fsync): the file systems are synced first (syncfs), so
+// that a crash of the machine after the stop cannot keep a marker and
+// lose what it describes (a bucket's directory without its ACL). The IAM
+// users need neither (their database is closed after, which checkpoints
+// it).
 //
 // drained says the S3 server's shutdown ended before versitygw's own
 // limit: its requests had all been answered. A shutdown that waited out
 // the limit returned with requests still running (versitygw prints that
 // error and returns nil), which die with the process as under a kill, so
-// the marker is not left: the next start repairs. The IAM index is still
-// written (the IAM API's shutdown reports its own failures).
+// the marker is not left: the next start repairs.
 func (s *Server) leaveCleanStop(drained bool) {
-	if err := syncFS(s.store.folder, filepath.Join(s.dataDir, "objects"), filepath.Join(s.dataDir, "versions")); err != nil {
-		s.log.Warn("The next start reads every IAM user's file and repairs the data directory as after a kill", "error", err)
+	if err := syncFS(filepath.Join(s.dataDir, "objects"), filepath.Join(s.dataDir, "versions")); err != nil {
+		s.log.Warn("The next start repairs the data directory as after a kill", "error", err)
 		return
-	}
-	if err := s.store.saveIndex(); err != nil {
-		s.log.Warn("The next start reads every IAM user's file", "error", err)
 	}
 	if !drained {
 		s.log.Warn("S3 requests were still running when the embedded server stopped; the next start repairs the data directory as after a kill")

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"database/sql"
 	"flag"
 	"fmt"
 	"io"
@@ -435,15 +436,21 @@ func dataDirUse(tb testing.TB, dir string) map[string]diskUse {
 	return parts
 }
 
-// iamUsers counts the embedded IAM server's users (a folder each under
-// DataDir/s3/iam/users, see internal/backend and internal/s3gateway).
+// iamUsers counts the embedded IAM server's users (the rows of its users
+// database, DataDir/s3/iam/users.db, see internal/s3gateway), the server
+// stopped.
 func iamUsers(tb testing.TB, dir string) int {
 	tb.Helper()
-	entries, err := os.ReadDir(filepath.Join(dir, "s3", "iam", "users"))
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "s3", "iam", "users.db")+"?_pragma=query_only(1)")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return len(entries)
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM users`).Scan(&n); err != nil {
+		tb.Fatalf("count the embedded server's IAM users: %v", err)
+	}
+	return n
 }
 
 // TestScale runs the scale path at a size CI affords (-scale-test, 2,000):

@@ -1,11 +1,14 @@
 package s3gateway
 
 import (
+	"bufio"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,10 +20,10 @@ import (
 	"github.com/versity/versitygw/iamapi/types"
 )
 
-// TestUserFileAsVersitygw makes the same calls, one user's life, on
-// versitygw's own file store and on userStore (a userFile per user), and
+// TestUserStoreAsVersitygw makes the same calls, one user's life, on
+// versitygw's own file store and on userStore, and
 // requires the same answers: results and errors, limits included.
-func TestUserFileAsVersitygw(t *testing.T) {
+func TestUserStoreAsVersitygw(t *testing.T) {
 	ctx := context.Background()
 	theirs, err := storage.NewInternal(t.TempDir())
 	if err != nil {
@@ -161,78 +164,18 @@ func TestUserFileAsVersitygw(t *testing.T) {
 	}
 }
 
-// TestUserFileTornWrites kills (simulated) a write of a user's file at
-// every length of what reached the temporary file, and before the rename
-// with all of it: the user's file is always the state before the change,
-// whole, and the store opens with it and without the temporary file. The
-// write only ever replaces the user's file by a rename of a file written
-// to the end.
-func TestUserFileTornWrites(t *testing.T) {
+// olderLayout writes into the IAM directory dir users of every older
+// layout at once: in root's iam.json (versitygw's store), in a folder each
+// (versitygw's store and its backup), in a file each (the indexed line and
+// the user, or the user alone), and the index an older clean stop left.
+// It returns the users as they were.
+func olderLayout(t *testing.T, dir string) []*types.User {
+	t.Helper()
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := openUserStore(t, dir)
-	if _, err := s.CreateUser(ctx, newUser("alice", "AIDA0001")); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(dir, usersDir, userFileName("AIDA0001"))
-	before, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	change := storage.PutUserPolicyInput{UserName: "alice", PolicyName: "p", PolicyDocument: `{"Version":"2012-10-17","Statement":[]}`}
-	var size int
-	killWrite = func(b []byte) (int, bool) { size = len(b); return 0, false }
-	t.Cleanup(func() { killWrite = nil })
-	if err := s.PutUserPolicy(ctx, change); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.DeleteUserPolicy(ctx, "alice", "p"); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := os.ReadFile(file); err != nil || len(got) != len(before) {
-		t.Fatalf("the file after putting and deleting a policy: %d bytes (%v), want %d", len(got), err, len(before))
-	}
-	for keep := 0; keep <= size; keep++ {
-		killWrite = func(b []byte) (int, bool) { return keep, true }
-		if err := s.PutUserPolicy(ctx, change); !errors.Is(err, errKilled) {
-			t.Fatalf("PutUserPolicy killed after %d bytes: %v", keep, err)
-		}
-		killWrite = nil
-		if got, err := os.ReadFile(file); err != nil || string(got) != string(before) {
-			t.Fatalf("killed after %d of %d bytes: the user's file is %q (%v), want it unchanged", keep, size, got, err)
-		}
-		r := openUserStore(t, dir)
-		if _, err := r.GetUserPolicy(ctx, "alice", "p"); iamCode(err) != "NoSuchEntity" {
-			t.Fatalf("killed after %d of %d bytes, reopened: the policy is %v, want none", keep, size, err)
-		}
-		if _, err := os.Stat(file + tmpSuffix); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("killed after %d bytes: the temporary file is still there after reopening: %v", keep, err)
-		}
-	}
-	// Not killed: the change is whole in the file.
-	if err := s.PutUserPolicy(ctx, change); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := openUserStore(t, dir).GetUserPolicy(ctx, "alice", "p"); err != nil {
-		t.Errorf("the policy after a write that completed, reopened: %v", err)
-	}
-}
-
-// TestMigrateOlderLayout opens an IAM directory written before userFile
-// (versitygw's store and its backup in a folder per user): every user is
-// there after, with its keys, tags and policies as they were, one file
-// each of at most 2 KB (a user as the driver makes it), the folders gone.
-// A start killed between writing a user's file and removing its folder
-// finds both: the file is written again from the folder, not counted as a
-// second user.
-func TestMigrateOlderLayout(t *testing.T) {
-	const n = 5
-	ctx := context.Background()
-	dir := t.TempDir()
-	writeOldUsers(t, dir, n)
+	writeOldUsers(t, dir, 3)
 	var want []*types.User
-	for i := range n {
-		old, err := storage.NewInternal(filepath.Join(dir, usersDir, "u"+fmt.Sprintf("%x", fmt.Sprintf("AIDA%016X", i))))
+	for i := range 3 {
+		old, err := storage.NewInternal(filepath.Join(dir, usersDir, "u"+hex.EncodeToString(fmt.Appendf(nil, "AIDA%016X", i))))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,90 +185,225 @@ func TestMigrateOlderLayout(t *testing.T) {
 		}
 		want = append(want, u)
 	}
-	// A killed migration: user 0's file written, its folder still there.
-	b, err := json.Marshal(want[0])
+	root, err := storage.NewInternal(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, usersDir, userFileName(want[0].UserID)), b, 0o600); err != nil {
+	if err := driverLikeUser(ctx, root, 100); err != nil {
 		t.Fatal(err)
 	}
+	u, err := root.GetUser(ctx, fmt.Sprintf("bb-binding-%032x", 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, u)
+	when := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	two := types.User{UserName: "Two-Lines", UserID: "AIDATWO", Path: "/bucketbroker/", CreateDate: when,
+		Tags:       []types.Tag{{Key: "k", Value: "v"}},
+		AccessKeys: []types.AccessKeyEntry{{AccessKeyId: "AKIATWO", SecretAccessKey: "s2", Status: "Active", CreateDate: when}},
+		Policies:   types.Policies{Inline: []types.PolicyEntry{{PolicyName: "p", PolicyDocument: "{}", CreateDate: when, UpdateDate: when}}}}
+	writeUserFile(t, dir, two)
+	one := types.User{UserName: "one-line", UserID: "AIDAONE", Path: "/",
+		AccessKeys: []types.AccessKeyEntry{{AccessKeyId: "AKIAONE", SecretAccessKey: "s1", Status: "Active"}}}
+	b, err := json.Marshal(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, usersDir, "u"+hex.EncodeToString([]byte(one.UserID))+userFileSuffix), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, oldIndexFile), []byte("bucketbroker IAM index 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return append(want, &two, &one)
+}
 
-	s := openUserStore(t, dir)
+// checkMigrated says whether s has exactly the users want, by name and by
+// key, and nothing older is left: no users folder, no index, no user in
+// root's file.
+func checkMigrated(t *testing.T, s *userStore, dir string, want []*types.User) {
+	t.Helper()
+	ctx := context.Background()
+	var names []string
 	for _, w := range want {
+		names = append(names, w.UserName)
 		got, err := s.GetUser(ctx, w.UserName)
 		if err != nil {
-			t.Fatal(err)
+			t.Errorf("GetUser %s: %v", w.UserName, err)
+			continue
 		}
 		if diff := cmp.Diff(w, got); diff != "" {
 			t.Errorf("user %s after the migration (-before +after):\n%s", w.UserName, diff)
 		}
-		if u, err := s.GetUserByAccessKeyID(ctx, w.AccessKeys[0].AccessKeyId); err != nil || u.UserName != w.UserName {
-			t.Errorf("GetUserByAccessKeyID %s: %v, %v", w.AccessKeys[0].AccessKeyId, u, err)
+		for _, k := range w.AccessKeys {
+			if u, err := s.GetUserByAccessKeyID(ctx, k.AccessKeyId); err != nil || u.UserName != w.UserName {
+				t.Errorf("GetUserByAccessKeyID %s: %v, %v; want %s", k.AccessKeyId, u, err, w.UserName)
+			}
 		}
 	}
-	entries, err := os.ReadDir(filepath.Join(dir, usersDir))
-	if err != nil {
-		t.Fatal(err)
+	slices.Sort(names)
+	if got, _ := userNames(t, s, storage.ListUsersInput{}); !slices.Equal(got, names) {
+		t.Errorf("ListUsers after the migration:\n%s", cmp.Diff(names, got))
 	}
-	var names []string
-	for _, e := range entries {
-		info, err := e.Info()
-		if err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, e.Name())
-		if e.IsDir() || !strings.HasSuffix(e.Name(), userFileSuffix) || info.Size() > 2048 {
-			t.Errorf("users folder holds %s (folder %v, %d bytes), want files of at most 2 KB", e.Name(), e.IsDir(), info.Size())
+	for _, left := range []string{filepath.Join(dir, usersDir), filepath.Join(dir, oldIndexFile)} {
+		if _, err := os.Lstat(left); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is still there after the migration (%v)", left, err)
 		}
 	}
-	if len(names) != n {
-		t.Errorf("users folder holds %v, want %d files", names, n)
-	}
-	// Reopened as is: the same users.
-	got, _ := userNames(t, openUserStore(t, dir), storage.ListUsersInput{})
-	var wantNames []string
-	for _, w := range want {
-		wantNames = append(wantNames, w.UserName)
-	}
-	slices.Sort(wantNames)
-	if diff := cmp.Diff(wantNames, got); diff != "" {
-		t.Errorf("users after reopening (-want +got):\n%s", diff)
+	b, err := os.ReadFile(filepath.Join(dir, storeFile))
+	if err != nil || strings.Contains(string(b), "AIDA") {
+		t.Errorf("root's %s after the migration: %s (%v); want no user", storeFile, b, err)
 	}
 }
 
-// TestUserFileLines: a user's file is the indexed line and the user; the
-// start indexes from the first line only, and a file of the user alone
-// (one line) opens as well.
-func TestUserFileLines(t *testing.T) {
-	ctx := context.Background()
+// TestMigrateOlderLayout: every user of every older layout is in the
+// database after the first open, with its keys, tags and policies as they
+// were, and nothing older is left; a second open finds the same.
+func TestMigrateOlderLayout(t *testing.T) {
 	dir := t.TempDir()
+	want := olderLayout(t, dir)
 	s := openUserStore(t, dir)
-	if _, err := s.CreateUser(ctx, newUser("alice", "AIDA0001")); err != nil {
-		t.Fatal(err)
+	if s.migrated != len(want) {
+		t.Errorf("the open says it moved %d users, want %d", s.migrated, len(want))
 	}
-	if _, err := s.CreateAccessKey(ctx, storage.CreateAccessKeyInput{UserName: "alice", AccessKeyID: "AKIA0001", SecretAccessKey: "s", Status: "Active"}); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, usersDir, userFileName("AIDA0001")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(b), "\n")
-	if len(lines) != 2 || strings.Contains(lines[0], "secret") || !strings.Contains(lines[0], "AKIA0001") || !strings.Contains(lines[1], `"SecretAccessKey":"s"`) {
-		t.Errorf("the user's file is\n%s\nwant the names and key ids on one line, then the user", b)
-	}
-	bob, err := json.Marshal(types.User{UserName: "bob", UserID: "AIDA0002", Path: "/", AccessKeys: []types.AccessKeyEntry{{AccessKeyId: "AKIA0002", SecretAccessKey: "t"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, usersDir, userFileName("AIDA0002")), bob, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	checkMigrated(t, s, dir, want)
 	r := openUserStore(t, dir)
-	for key, want := range map[string]string{"AKIA0001": "alice", "AKIA0002": "bob"} {
-		if u, err := r.GetUserByAccessKeyID(ctx, key); err != nil || u.UserName != want {
-			t.Errorf("GetUserByAccessKeyID %s after reopening: %v, %v; want %s", key, u, err, want)
+	if r.migrated != 0 {
+		t.Errorf("the second open moved %d users, want none", r.migrated)
+	}
+	checkMigrated(t, r, dir, want)
+}
+
+// TestMigrateKilled kills (simulated) the migration at each of its steps:
+// inside its transaction, after the users are durable in the database and
+// before anything older is removed, and part way through the removal
+// (root's file rewritten, one entry of the users folder removed). The next
+// open moves what is left again and loses nothing.
+func TestMigrateKilled(t *testing.T) {
+	for _, step := range []string{"commit", "durable", "removing"} {
+		t.Run(step, func(t *testing.T) {
+			dir := t.TempDir()
+			want := olderLayout(t, dir)
+			killMigration = func(at string) bool { return at == step }
+			_, err := newUserStore(context.Background(), dir)
+			killMigration = nil
+			if !errors.Is(err, errKilled) {
+				t.Fatalf("the open killed at %s: %v", step, err)
+			}
+			checkMigrated(t, openUserStore(t, dir), dir, want)
+		})
+	}
+}
+
+// killWriterEnv names the IAM directory TestUserStoreKillMidWrite's child
+// writes to; the child is this test binary running the test again.
+const killWriterEnv = "BUCKETBROKER_TEST_IAM_KILL_WRITER"
+
+// TestUserStoreKillMidWrite kills (SIGKILL) a process that changes users
+// as fast as it can (a user, its policy, its key, its tag: four
+// transactions each), after it reported 40 more users done, at whatever
+// point it then is, five times on one database, each process going on
+// after the users there (one it left half made stays so): after each kill
+// the database opens, passes SQLite's integrity check, every user any of
+// them reported done is whole, and the index of access keys agrees with
+// the users' rows.
+func TestUserStoreKillMidWrite(t *testing.T) {
+	ctx := context.Background()
+	if dir := os.Getenv(killWriterEnv); dir != "" {
+		s, err := newUserStore(ctx, dir)
+		if err != nil {
+			t.Fatal(err)
 		}
+		var from int
+		if err := s.readers.QueryRowContext(ctx, `SELECT count(*) FROM users`).Scan(&from); err != nil {
+			t.Fatal(err)
+		}
+		for i := from; ; i++ {
+			if err := driverLikeUser(ctx, s, i); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.TagUser(ctx, fmt.Sprintf("bb-binding-%032x", i), []types.Tag{{Key: "done", Value: "yes"}}); err != nil {
+				t.Fatal(err)
+			}
+			fmt.Printf("done %d\n", i)
+		}
+	}
+	dir := t.TempDir()
+	var done []int
+	for round := range 5 {
+		done = append(done, killWriter(t, dir, 40)...)
+		checkAfterKill(t, dir, done)
+		t.Logf("kill %d: after %d users reported done", round+1, len(done))
+	}
+}
+
+// killWriter starts TestUserStoreKillMidWrite's child on dir, kills it
+// once it reported n users done, and returns them.
+func killWriter(t *testing.T, dir string, n int) []int {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestUserStoreKillMidWrite$", "-test.count=1")
+	cmd.Env = append(os.Environ(), killWriterEnv+"="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(out)
+	var done []int
+	for len(done) < n && lines.Scan() {
+		var i int
+		if _, err := fmt.Sscanf(lines.Text(), "done %d", &i); err == nil {
+			done = append(done, i)
+		}
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if len(done) < n {
+		t.Fatalf("the writer stopped after %d users, before %d", len(done), n)
+	}
+	return done
+}
+
+// checkAfterKill opens dir after a kill: the database is whole, the users
+// done are, and the key index agrees with the rows.
+func checkAfterKill(t *testing.T, dir string, done []int) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := newUserStore(ctx, dir)
+	if err != nil {
+		t.Fatalf("open after the kill: %v", err)
+	}
+	defer s.Close()
+	var check string
+	if err := s.readers.QueryRowContext(ctx, `PRAGMA integrity_check`).Scan(&check); err != nil || check != "ok" {
+		t.Fatalf("integrity check after the kill: %q, %v", check, err)
+	}
+	for _, i := range done {
+		name := fmt.Sprintf("bb-binding-%032x", i)
+		u, err := s.GetUserByAccessKeyID(ctx, fmt.Sprintf("AKIA%016X", i))
+		if err != nil || u.UserName != name || len(u.Policies.Inline) != 1 || len(u.Tags) != 2 {
+			t.Errorf("user %d, reported done before the kill: %+v, %v", i, u, err)
+		}
+	}
+	all, err := s.ListUsers(ctx, storage.ListUsersInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := 0
+	for _, u := range all.Users {
+		for _, k := range u.AccessKeys {
+			keys++
+			if got, err := s.GetUserByAccessKeyID(ctx, k.AccessKeyId); err != nil || got.UserName != u.UserName {
+				t.Errorf("key %s of %s: the index says %v, %v", k.AccessKeyId, u.UserName, got, err)
+			}
+		}
+	}
+	var indexed int
+	if err := s.readers.QueryRowContext(ctx, `SELECT count(*) FROM access_keys`).Scan(&indexed); err != nil || indexed != keys {
+		t.Errorf("%d access keys indexed (%v), %d in the users' rows", indexed, err, keys)
 	}
 }
