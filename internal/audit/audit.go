@@ -176,6 +176,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := j.settle(ctx); err != nil {
 		return nil, err
 	}
+	if err := j.confirmPending(ctx); err != nil {
+		return nil, err
+	}
 	slices.SortStableFunc(j.skipResource, func(a, b Skipped) int {
 		return cmp.Or(cmp.Compare(resourceOrder[a.Resource], resourceOrder[b.Resource]), cmp.Compare(a.Name, b.Name))
 	})
@@ -393,9 +396,9 @@ func (j *judge) leak(s *stream, res *resource) {
 		Owner: driver.MarkOf(string(s.kind), res.mark), Detail: why})
 }
 
-// missing reports a ready record whose resources the inventory lacks, res
-// being the judged resource of its name or nil, once a second look
-// (confirm) agrees.
+// missing notes a ready record whose resources the inventory lacks, res
+// being the judged resource of its name or nil: a candidate, reported
+// once the inventory is in if a second look (confirm) agrees.
 func (j *judge) missing(ctx context.Context, r *engine.Record, res *resource) error {
 	if r.Phase != engine.PhaseReady || !r.Op.Finished() {
 		return nil
@@ -410,28 +413,72 @@ func (j *judge) missing(ctx context.Context, r *engine.Record, res *resource) er
 			Reason: fmt.Sprintf("its resource %q is named under another prefix: audit with that --name-prefix", name)})
 		return nil
 	}
+	if f, ok := missingFinding(r, name, res); ok {
+		s := j.streamOf(r.Kind)
+		s.pending = append(s.pending, candidate{r: trimmed(r), f: f})
+	}
+	return nil
+}
+
+// candidate is a finding of a missing resource, confirmed once the
+// inventory is in (confirmPending), and what it needs of its record.
+type candidate struct {
+	r *engine.Record
+	f Finding
+}
+
+// trimmed is what a candidate keeps of its record.
+func trimmed(r *engine.Record) *engine.Record {
+	return &engine.Record{Kind: r.Kind, ID: r.ID, Version: r.Version, Phase: r.Phase, Op: engine.Operation{State: r.Op.State},
+		Bucket: r.Bucket, UserName: r.UserName, Owner: r.Owner, AccessKeyID: r.AccessKeyID}
+}
+
+// missingFinding returns the finding of the ready record r, whose
+// resource is named name and res the judged resource of that name or
+// nil, if the resource is missing or not as r has it.
+func missingFinding(r *engine.Record, name string, res *resource) (Finding, bool) {
 	var owner string
 	if res != nil {
 		owner = driver.MarkOf(string(r.Kind), res.mark)
 	}
-	var f Finding
 	switch {
 	case r.Kind == engine.KindInstance && (res == nil || owner != r.Owner):
-		f = Finding{Kind: KindMissing, Resource: ResourceBucket, Name: name, Owner: r.Owner,
+		return Finding{Kind: KindMissing, Resource: ResourceBucket, Name: name, Owner: r.Owner,
 			Record: recordName(r), Detail: "ready instance without its bucket" + otherMark(owner, res != nil),
-			Action: "not fixed: an empty bucket would hide that the data is gone; deprovision and provision the instance again from the platform"}
+			Action: "not fixed: an empty bucket would hide that the data is gone; deprovision and provision the instance again from the platform"}, true
 	case r.Kind == engine.KindBinding && (res == nil || owner != r.Owner):
-		f = Finding{Kind: KindMissing, Resource: ResourceUser, Name: name, Owner: r.Owner,
+		return Finding{Kind: KindMissing, Resource: ResourceUser, Name: name, Owner: r.Owner,
 			Record: recordName(r), Detail: "ready binding without its user" + otherMark(owner, res != nil),
-			Action: "not fixed: the application holds a key that cannot be restored; unbind and bind again from the platform"}
+			Action: "not fixed: the application holds a key that cannot be restored; unbind and bind again from the platform"}, true
 	case r.Kind == engine.KindBinding && (res.keys == "" || !slices.Contains(strings.Split(res.keys, keySep), r.AccessKeyID)):
-		f = Finding{Kind: KindMissing, Resource: ResourceKey, Name: r.AccessKeyID, User: name, Owner: r.Owner,
+		return Finding{Kind: KindMissing, Resource: ResourceKey, Name: r.AccessKeyID, User: name, Owner: r.Owner,
 			Record: recordName(r), Detail: "ready binding whose user lacks the key it handed out",
-			Action: "not fixed: the application holds a key that cannot be restored; unbind and bind again from the platform"}
-	default:
-		return nil
+			Action: "not fixed: the application holds a key that cannot be restored; unbind and bind again from the platform"}, true
 	}
-	return j.confirm(ctx, r, f)
+	return Finding{}, false
+}
+
+// confirmPending confirms the candidates of every kind. Of a held kind, a
+// candidate made before the inventory came out of order is judged again
+// against the held resources, one of which may be its own.
+func (j *judge) confirmPending(ctx context.Context) error {
+	for _, s := range j.streams() {
+		for _, c := range s.pending {
+			f := c.f
+			if s.held {
+				if i, ok := slices.BinarySearchFunc(s.rest, c.r.ResourceName(), byName); ok {
+					if f, ok = missingFinding(c.r, c.r.ResourceName(), &s.rest[i]); !ok {
+						continue
+					}
+				}
+			}
+			if err := j.confirm(ctx, c.r, f); err != nil {
+				return err
+			}
+		}
+		s.pending = nil
+	}
+	return nil
 }
 
 // confirm reports f, a missing resource of the ready record r, unless a

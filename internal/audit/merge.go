@@ -37,6 +37,10 @@ type stream struct {
 	// name may), and the held ones; marks indexes them by mark.
 	rest  []resource
 	marks []int32
+	// pending are the candidate findings of missing resources, confirmed
+	// once the inventory is in: as many as the backend lacks, and of a
+	// held kind the records judged before it was held.
+	pending []candidate
 }
 
 // peek returns the next record of s not yet judged, reading the next page
