@@ -68,7 +68,11 @@
 // compares names). Each page of the inventory is merged with the records
 // up to its names: a bucket meets the instance records of its name (names
 // are unique), a record with no resource of its name in the inventory is
-// judged alone, and neither is kept once judged. What Run holds is a page
+// judged alone, and neither is kept once judged. A record's name is set
+// with its intent, derived from its id (driver.BucketName,
+// driver.UserName), so no bucket or binding record waits for one; an
+// upstream record has none, lists first and is judged alone. What Run
+// holds is a page
 // of the driver's, a page of each kind's records, and the report, plus
 // what waits for the end: the candidates of missing findings (as many as
 // the backend lacks) and the resources no record of their name carries
@@ -80,7 +84,8 @@
 // ListUsers' order elsewhere) is detected at the first name not after the
 // one before it: that kind is then held, as before the merge, its
 // resources kept and judged against every record of the kind in the last
-// pass, and a line is logged.
+// pass (the candidates of missing findings made before, against the held
+// resources first), and a line is logged.
 //
 // # Races with a running broker
 //
