@@ -24,6 +24,7 @@ import (
 	"github.com/bucketbroker/bucketbroker/internal/engine"
 	"github.com/bucketbroker/bucketbroker/internal/s3gateway"
 	"github.com/bucketbroker/bucketbroker/internal/store"
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
 func newAdminCommand() *cobra.Command {
@@ -201,7 +202,7 @@ func runAudit(cmd *cobra.Command, o auditOptions) (drift bool, err error) {
 		return false, err
 	}
 	defer store.Close()
-	opts := audit.Options{Store: store, Upstreams: ups, Prefix: o.cfg.Prefix, Purge: o.purge}
+	opts := audit.Options{Store: store, Upstreams: ups, Prefix: o.cfg.Prefix, Purge: o.purge, Logger: logger}
 	if o.ups.bucketService {
 		var ab auditBackend
 		if ab, err = startAuditBackend(ctx, o.cfg); err != nil {
@@ -223,6 +224,15 @@ func runAudit(cmd *cobra.Command, o auditOptions) (drift bool, err error) {
 type auditBackend struct {
 	audit.Driver
 	be *backend.Backend
+}
+
+var _ driver.PagedAuditable = auditBackend{}
+
+// InventoryPages hands the driver's inventory out in its pages
+// (driver.InventoryPages), which the embedded interface would hide: the
+// audit would take it whole, every bucket and user at once.
+func (b auditBackend) InventoryPages(ctx context.Context, namePrefix string, page func(driver.Inventory) error) error {
+	return driver.InventoryPages(ctx, b.Driver, namePrefix, page)
 }
 
 // startAuditBackend starts the storage backend an audit compares.

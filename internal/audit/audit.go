@@ -1,11 +1,11 @@
 package audit
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 
@@ -13,15 +13,20 @@ import (
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
-// Store is the part of engine.Store the audit reads.
+// Store is the part of engine.Store the audit reads: listings in pages,
+// by resource name (engine.ListOptions.ByName) and by key, and Get to
+// read a record again before a finding is reported.
 type Store interface {
 	List(ctx context.Context, opts engine.ListOptions) ([]*engine.Record, error)
+	Get(ctx context.Context, kind engine.Kind, id string) (*engine.Record, error)
 }
 
-// Driver is what the audit needs of a driver: the inventory, and the calls
-// that remove a leak, each of which checks the owner mark itself.
+// Driver is what the audit needs of a driver: the inventory, a look at
+// one resource (to confirm a missing one), and the calls that remove a
+// leak, each of which checks the owner mark itself.
 type Driver interface {
 	driver.Auditable
+	Observe(ctx context.Context, req driver.ObserveRequest) (driver.Observation, error)
 	DeleteBucket(ctx context.Context, name, owner string, purge bool) error
 	RevokeCredential(ctx context.Context, userName, owner string) error
 }
@@ -39,6 +44,9 @@ type Options struct {
 	Prefix string
 	// Purge lets Fix delete a leaked bucket that still holds objects.
 	Purge bool
+	// Logger receives the audit's notes (a listing out of name order);
+	// nil discards them.
+	Logger *slog.Logger
 }
 
 // Kind is the kind of a finding.
@@ -115,20 +123,20 @@ func (r *Report) Drift() bool {
 	return slices.ContainsFunc(r.Findings, func(f Finding) bool { return !f.Fixed })
 }
 
-// pageSize is how many records the audit reads from the store at once:
-// the records it holds at any time (see Run).
+// pageSize is how many records the audit reads from the store at once.
 var pageSize = 1000
 
 // Run compares the backend with the store and reports the differences. It
 // changes nothing.
 //
-// The inventory is taken from the driver a page at a time
-// (driver.InventoryPages) and kept only as the judged resources' names,
-// marks and keys; the store's records are read a page at a time and
-// judged as they come, each resource's verdict settled by the record
-// that carries its mark, none kept once its page is judged: what the
-// audit holds is the judged resources, a page of the driver's or of the
-// store's, and the report.
+// The driver's inventory comes a page at a time (driver.InventoryPages),
+// each page sorted by name, and is merged with the store's records of
+// the same kind listed by name (engine.ListOptions.ByName) a page at a
+// time: a bucket meets the instance records of its name, a user the
+// binding records of its name, and neither is kept once judged. What the
+// audit holds is a page of the driver's, a page of each kind's records,
+// the report, and the resources whose verdict waits for the last pass
+// (see the package documentation).
 func Run(ctx context.Context, opts Options) (*Report, error) {
 	if opts.Store == nil || (opts.Driver == nil && len(opts.Upstreams) == 0) {
 		return nil, errors.New("audit: a store and a driver or an upstream are required")
@@ -137,37 +145,48 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Prefix: opts.Prefix, Findings: []Finding{}, Skipped: []Skipped{}} // [] in JSON, not null
-	j := &judge{prefix: opts.Prefix, rep: rep, noDriver: opts.Driver == nil, ups: map[string]Upstream{}, why: map[*resource]string{}}
+	j := &judge{prefix: opts.Prefix, rep: rep, store: opts.Store, drv: opts.Driver, noDriver: opts.Driver == nil,
+		ups: map[string]Upstream{}, log: opts.Logger,
+		buckets: &stream{kind: engine.KindInstance, resource: ResourceBucket},
+		users:   &stream{kind: engine.KindBinding, resource: ResourceUser}}
+	if j.log == nil {
+		j.log = slog.New(slog.DiscardHandler)
+	}
 	for _, u := range opts.Upstreams {
 		j.ups[u.Name()] = u
 	}
-	// The backend first: see the package documentation.
 	if opts.Driver != nil {
-		if err := driver.InventoryPages(ctx, opts.Driver, opts.Prefix+"-", j.inventory); err != nil {
+		var failed error // the merge's own, not the driver's
+		err := driver.InventoryPages(ctx, opts.Driver, opts.Prefix+"-", func(inv driver.Inventory) error {
+			failed = j.inventory(ctx, inv)
+			return failed
+		})
+		switch {
+		case failed != nil:
+			return nil, failed
+		case err != nil:
 			return nil, fmt.Errorf("list the backend: %w", err)
 		}
 	}
-	j.index()
-	err := eachPage(ctx, opts.Store, func(page []*engine.Record) error {
-		// List skips records it cannot read: judged without them, their
-		// buckets and users would be leaks, and --fix would delete them.
-		if err := refuseUnreadable(opts.Store); err != nil {
-			return err
+	for _, s := range j.streams() {
+		if err := j.drain(ctx, s); err != nil {
+			return nil, err
 		}
-		rep.Records += len(page)
-		for _, r := range page {
-			j.record(ctx, r)
-		}
-		return nil
-	})
-	if err != nil {
+	}
+	if err := j.settle(ctx); err != nil {
 		return nil, err
 	}
-	j.leaks(ResourceBucket, engine.KindInstance, j.buckets)
-	j.leaks(ResourceUser, engine.KindBinding, j.users)
+	if err := j.confirmPending(ctx); err != nil {
+		return nil, err
+	}
 	slices.SortStableFunc(j.skipResource, func(a, b Skipped) int {
 		return cmp.Or(cmp.Compare(resourceOrder[a.Resource], resourceOrder[b.Resource]), cmp.Compare(a.Name, b.Name))
 	})
+	// Records in the order of their keys, as the report has always listed
+	// them (the merge reads them by name).
+	for _, list := range [][]Skipped{rep.Skipped, j.skipMissing, j.skipUpstream} {
+		slices.SortStableFunc(list, func(a, b Skipped) int { return strings.Compare(a.Record, b.Record) })
+	}
 	rep.Skipped = slices.Concat(rep.Skipped, j.skipResource, j.skipMissing, j.skipUpstream)
 	slices.SortFunc(rep.Findings, func(a, b Finding) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Resource, b.Resource), cmp.Compare(a.User, b.User), cmp.Compare(a.Name, b.Name))
@@ -210,43 +229,44 @@ func refuseUnreadable(s Store) error {
 	return nil
 }
 
-// judge holds the judged resources of the inventory and what the records
-// have said of them so far; the records themselves are judged a page at
-// a time (record) and not kept.
+// judge merges the inventory with the records, one stream per kind, and
+// holds what the report needs of them.
 type judge struct {
-	prefix string
-	rep    *Report
-	// buckets and users are the judged resources, sorted by name once the
-	// inventory is in (index); bucketMarks and userMarks their indexes
-	// sorted by mark.
-	buckets, users         []resource
-	bucketMarks, userMarks []int32
-	// why a resource is a leak, when the record that carries its mark
-	// says so (a tombstone, another name): few, so not in resource.
-	why map[*resource]string
-	ups map[string]Upstream
-	// noDriver: no storage backend to compare bucket records with.
-	noDriver bool
+	prefix   string
+	rep      *Report
+	store    Store
+	drv      Driver
+	log      *slog.Logger
+	ups      map[string]Upstream
+	buckets  *stream // the buckets and the instance records
+	users    *stream // the users and the binding records
+	noDriver bool    // no storage backend to compare bucket records with
 	// Skipped in the order the report has always listed them: records in
 	// progress (in rep.Skipped), resources not judged, records not
 	// compared with the backend, then with their upstream.
 	skipResource, skipMissing, skipUpstream []Skipped
 }
 
-// resource is what the audit keeps of a judged bucket or user: its name,
-// mark and keys as the inventory listed them, and the verdict of the
-// records read so far. The mark is kept as its hash: its kind is the
-// resource's (instance for a bucket, binding for a user, as judged
-// requires); the keys as one string.
+func (j *judge) streams() []*stream { return []*stream{j.buckets, j.users} }
+
+// resource is what the audit keeps of a judged bucket or user while it
+// is judged: its name, mark and keys as the inventory listed them, and
+// the verdict of the records read so far. The mark is kept as its hash:
+// its kind is the resource's (instance for a bucket, binding for a user,
+// as judged requires); the keys as one string.
 type resource struct {
 	name string
 	mark driver.MarkHash
 	keys string // a user's access key ids, sorted, keySep between them
 	// seen is the record that carries the mark, if one has come: a
-	// tombstone, or a live one (which a tombstone does not overrule);
-	// owned when a live record owns it.
-	seen  seen
-	owned bool
+	// tombstone (gone, at goneVersion), or a live one (which a tombstone
+	// does not overrule); owned when a live record owns it.
+	seen        seen
+	owned       bool
+	gone        string // the tombstone's id
+	goneVersion int64
+	// why it is a leak, when the record that carries its mark says so.
+	why string
 }
 
 // keySep separates a user's access key ids in resource.keys.
@@ -260,104 +280,73 @@ const (
 	seenLive
 )
 
-// inventory takes one page of the driver's inventory: the resources to
-// judge are kept (their names, marks and keys, not the page), the others
-// noted as not judged.
-func (j *judge) inventory(inv driver.Inventory) error {
+// inventory merges one page of the driver's inventory with the records
+// of its names: the resources to judge are judged, the others noted as
+// not judged.
+func (j *judge) inventory(ctx context.Context, inv driver.Inventory) error {
 	j.rep.Buckets += len(inv.Buckets)
 	j.rep.Users += len(inv.Users)
+	var names []string
+	var rs []resource
 	for _, b := range inv.Buckets {
+		names = append(names, b.Name)
 		if h, ok := j.judged(ResourceBucket, b.Name, b.Owner, engine.KindInstance); ok {
-			j.buckets = append(j.buckets, resource{name: b.Name, mark: h})
+			rs = append(rs, resource{name: b.Name, mark: h})
 		}
 	}
+	if err := j.merge(ctx, j.buckets, names, rs); err != nil {
+		return err
+	}
+	names, rs = names[:0], nil
 	for _, u := range inv.Users {
+		names = append(names, u.Name)
 		if h, ok := j.judged(ResourceUser, u.Name, u.Owner, engine.KindBinding); ok {
-			j.users = append(j.users, resource{name: u.Name, mark: h, keys: strings.Join(u.KeyIDs, keySep)})
+			rs = append(rs, resource{name: u.Name, mark: h, keys: strings.Join(u.KeyIDs, keySep)})
 		}
 	}
-	return nil
-}
-
-// index sorts the judged resources by name (the pages are, each; their
-// order between them is the backend's) and makes their indexes by mark.
-func (j *judge) index() {
-	names := func(a, b resource) int { return strings.Compare(a.name, b.name) }
-	slices.SortFunc(j.buckets, names)
-	slices.SortFunc(j.users, names)
-	j.buckets, j.users = slices.Clip(j.buckets), slices.Clip(j.users)
-	j.bucketMarks, j.userMarks = marksOf(j.buckets), marksOf(j.users)
-}
-
-func marksOf(rs []resource) []int32 {
-	idx := make([]int32, len(rs))
-	for i := range idx {
-		idx[i] = int32(i)
-	}
-	slices.SortFunc(idx, func(a, b int32) int { return bytes.Compare(rs[a].mark[:], rs[b].mark[:]) })
-	return idx
-}
-
-// carrying returns the indexes, in rs, of the resources that carry mark.
-func carrying(rs []resource, byMark []int32, mark driver.MarkHash) []int32 {
-	cmpMark := func(i int32, m driver.MarkHash) int { return bytes.Compare(rs[i].mark[:], m[:]) }
-	lo, _ := slices.BinarySearchFunc(byMark, mark, cmpMark)
-	hi := lo
-	for hi < len(byMark) && rs[byMark[hi]].mark == mark {
-		hi++
-	}
-	return byMark[lo:hi]
-}
-
-// record judges one record of the store: settles the verdict of the
-// resources that carry its mark, and checks the resources of a ready one.
-func (j *judge) record(ctx context.Context, r *engine.Record) {
-	if r.Owner != "" {
-		h, ok := driver.HashOfMark(r.Owner)
-		k, _ := driver.ParseOwnerMark(r.Owner)
-		switch {
-		case ok && k == string(engine.KindInstance):
-			for _, i := range carrying(j.buckets, j.bucketMarks, h) {
-				j.owner(&j.buckets[i], r)
-			}
-		case ok && k == string(engine.KindBinding):
-			for _, i := range carrying(j.users, j.userMarks, h) {
-				j.owner(&j.users[i], r)
-			}
-		}
-		if r.Phase != engine.PhaseDeleted && !r.Op.Finished() {
-			j.rep.Skipped = append(j.rep.Skipped, Skipped{Record: recordName(r),
-				Reason: fmt.Sprintf("%s in progress (operation %s): neither the record nor its resources are judged; audit again when it has finished", r.Op.Type, r.Op.ID)})
-		}
-	}
-	if r.Upstream != "" {
-		j.upstream(ctx, r)
-		return
-	}
-	j.missing(r)
+	return j.merge(ctx, j.users, names, rs)
 }
 
 func recordName(r *engine.Record) string { return string(r.Kind) + "/" + r.ID }
+
+// record judges a record on its own, res being the judged resource of its
+// name or nil: an operation in progress is noted, an upstream record
+// compared with its upstream, a ready one with its resources.
+func (j *judge) record(ctx context.Context, r *engine.Record, res *resource) error {
+	if r.Owner != "" && r.Phase != engine.PhaseDeleted && !r.Op.Finished() {
+		j.rep.Skipped = append(j.rep.Skipped, Skipped{Record: recordName(r),
+			Reason: fmt.Sprintf("%s in progress (operation %s): neither the record nor its resources are judged; audit again when it has finished", r.Op.Type, r.Op.ID)})
+	}
+	if r.Upstream != "" {
+		j.upstream(ctx, r)
+		return nil
+	}
+	return j.missing(ctx, r, res)
+}
+
+// carries reports whether r carries res's mark, res being of kind's
+// resources.
+func carries(res *resource, kind engine.Kind, r *engine.Record) bool {
+	h, ok := driver.HashOfMark(r.Owner)
+	k, _ := driver.ParseOwnerMark(r.Owner)
+	return ok && k == string(kind) && h == res.mark
+}
 
 // owner settles the verdict of res, which carries r's mark: a live record
 // owns it if it names it (or is still at work), and its other keys are
 // unknown; a tombstone leaves it a leak, unless a live record owns it.
 func (j *judge) owner(res *resource, r *engine.Record) {
-	name := r.Bucket
-	if r.Kind == engine.KindBinding {
-		name = r.UserName
-	}
+	name := r.ResourceName()
 	if r.Phase == engine.PhaseDeleted {
 		if res.seen == seenNone {
-			res.seen = seenGone
-			j.why[res] = fmt.Sprintf("%s was deleted (%s) but this remains", recordName(r), r.Op.Type)
+			res.seen, res.gone, res.goneVersion = seenGone, r.ID, r.Version
+			res.why = fmt.Sprintf("%s was deleted (%s) but this remains", recordName(r), r.Op.Type)
 		}
 		return
 	}
-	res.seen, res.owned = seenLive, false
-	delete(j.why, res)
+	res.seen, res.owned, res.why = seenLive, false, ""
 	if name != res.name && r.Op.Finished() {
-		j.why[res] = fmt.Sprintf("carries the mark of %s, whose resource is named %q", recordName(r), name)
+		res.why = fmt.Sprintf("carries the mark of %s, whose resource is named %q", recordName(r), name)
 		return
 	}
 	res.owned = true
@@ -397,74 +386,141 @@ func (j *judge) judged(resource, name, mark string, kind engine.Kind) (driver.Ma
 	return h, true
 }
 
-// leaks reports the judged resources no live record owns; kind is their
-// marks' (instance for buckets, binding for users).
-func (j *judge) leaks(resourceType string, kind engine.Kind, rs []resource) {
-	for i := range rs {
-		res := &rs[i]
-		if res.owned {
-			continue
-		}
-		why := j.why[res]
-		if res.seen == seenNone {
-			why = "no record carries its owner mark"
-		}
-		j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindLeak, Resource: resourceType, Name: res.name,
-			Owner: driver.MarkOf(string(kind), res.mark), Detail: why})
+// leak reports res, of s's resources, which no live record owns.
+func (j *judge) leak(s *stream, res *resource) {
+	why := res.why
+	if res.seen == seenNone {
+		why = "no record carries its owner mark"
 	}
+	j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindLeak, Resource: s.resource, Name: res.name,
+		Owner: driver.MarkOf(string(s.kind), res.mark), Detail: why})
 }
 
-// missing reports a ready record whose resources the inventory lacks.
-func (j *judge) missing(r *engine.Record) {
+// missing notes a ready record whose resources the inventory lacks, res
+// being the judged resource of its name or nil: a candidate, reported
+// once the inventory is in if a second look (confirm) agrees.
+func (j *judge) missing(ctx context.Context, r *engine.Record, res *resource) error {
 	if r.Phase != engine.PhaseReady || !r.Op.Finished() {
-		return
+		return nil
 	}
 	if j.noDriver {
 		j.skipMissing = append(j.skipMissing, Skipped{Record: recordName(r), Reason: "no storage backend was audited (--bucket-service=false)"})
-		return
+		return nil
 	}
-	name := r.Bucket
-	if r.Kind == engine.KindBinding {
-		name = r.UserName
-	}
+	name := r.ResourceName()
 	if !strings.HasPrefix(name, j.prefix+"-") {
 		j.skipMissing = append(j.skipMissing, Skipped{Record: recordName(r),
 			Reason: fmt.Sprintf("its resource %q is named under another prefix: audit with that --name-prefix", name)})
-		return
+		return nil
+	}
+	if f, ok := missingFinding(r, name, res); ok {
+		s := j.streamOf(r.Kind)
+		s.pending = append(s.pending, candidate{r: trimmed(r), f: f})
+	}
+	return nil
+}
+
+// candidate is a finding of a missing resource, confirmed once the
+// inventory is in (confirmPending), and what it needs of its record.
+type candidate struct {
+	r *engine.Record
+	f Finding
+}
+
+// trimmed is what a candidate keeps of its record.
+func trimmed(r *engine.Record) *engine.Record {
+	return &engine.Record{Kind: r.Kind, ID: r.ID, Version: r.Version, Phase: r.Phase, Op: engine.Operation{State: r.Op.State},
+		Bucket: r.Bucket, UserName: r.UserName, Owner: r.Owner, AccessKeyID: r.AccessKeyID}
+}
+
+// missingFinding returns the finding of the ready record r, whose
+// resource is named name and res the judged resource of that name or
+// nil, if the resource is missing or not as r has it.
+func missingFinding(r *engine.Record, name string, res *resource) (Finding, bool) {
+	var owner string
+	if res != nil {
+		owner = driver.MarkOf(string(r.Kind), res.mark)
+	}
+	switch {
+	case r.Kind == engine.KindInstance && (res == nil || owner != r.Owner):
+		return Finding{Kind: KindMissing, Resource: ResourceBucket, Name: name, Owner: r.Owner,
+			Record: recordName(r), Detail: "ready instance without its bucket" + otherMark(owner, res != nil),
+			Action: "not fixed: an empty bucket would hide that the data is gone; deprovision and provision the instance again from the platform"}, true
+	case r.Kind == engine.KindBinding && (res == nil || owner != r.Owner):
+		return Finding{Kind: KindMissing, Resource: ResourceUser, Name: name, Owner: r.Owner,
+			Record: recordName(r), Detail: "ready binding without its user" + otherMark(owner, res != nil),
+			Action: "not fixed: the application holds a key that cannot be restored; unbind and bind again from the platform"}, true
+	case r.Kind == engine.KindBinding && (res.keys == "" || !slices.Contains(strings.Split(res.keys, keySep), r.AccessKeyID)):
+		return Finding{Kind: KindMissing, Resource: ResourceKey, Name: r.AccessKeyID, User: name, Owner: r.Owner,
+			Record: recordName(r), Detail: "ready binding whose user lacks the key it handed out",
+			Action: "not fixed: the application holds a key that cannot be restored; unbind and bind again from the platform"}, true
+	}
+	return Finding{}, false
+}
+
+// confirmPending confirms the candidates of every kind. Of a held kind, a
+// candidate made before the inventory came out of order is judged again
+// against the held resources, one of which may be its own.
+func (j *judge) confirmPending(ctx context.Context) error {
+	for _, s := range j.streams() {
+		for _, c := range s.pending {
+			f := c.f
+			if s.held {
+				if i, ok := slices.BinarySearchFunc(s.rest, c.r.ResourceName(), byName); ok {
+					if f, ok = missingFinding(c.r, c.r.ResourceName(), &s.rest[i]); !ok {
+						continue
+					}
+				}
+			}
+			if err := j.confirm(ctx, c.r, f); err != nil {
+				return err
+			}
+		}
+		s.pending = nil
+	}
+	return nil
+}
+
+// confirm reports f, a missing resource of the ready record r, unless a
+// second look says otherwise. The inventory's page that lacked it may
+// have been read before r was written (a provision that ended in
+// between) or r before a deprovision began: f stands only when the
+// driver, asked after r was read, still lacks the resource as r has it,
+// and r, read again after that, has not changed. The broker changes a
+// record before it changes its resources (intent first), so a resource
+// its unchanged ready record vouches for that is not there was removed
+// behind its back.
+func (j *judge) confirm(ctx context.Context, r *engine.Record, f Finding) error {
+	req := driver.ObserveRequest{Bucket: r.Bucket}
+	if r.Kind == engine.KindBinding {
+		req = driver.ObserveRequest{UserName: r.UserName}
+	}
+	obs, err := j.drv.Observe(ctx, req)
+	if err != nil {
+		return fmt.Errorf("look again at the %s of %s: %w", f.Resource, recordName(r), err)
 	}
 	switch r.Kind {
 	case engine.KindInstance:
-		var owner string
-		i, ok := slices.BinarySearchFunc(j.buckets, name, byName)
-		if ok {
-			owner = driver.MarkOf(string(engine.KindInstance), j.buckets[i].mark)
-		}
-		if !ok || owner != r.Owner {
-			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindMissing, Resource: ResourceBucket, Name: name, Owner: r.Owner,
-				Record: recordName(r), Detail: "ready instance without its bucket" + otherMark(owner, ok),
-				Action: "not fixed: an empty bucket would hide that the data is gone; deprovision and provision the instance again from the platform"})
+		if obs.BucketExists && obs.BucketOwner == r.Owner {
+			return nil
 		}
 	case engine.KindBinding:
-		var u resource
-		var owner string
-		i, ok := slices.BinarySearchFunc(j.users, name, byName)
-		if ok {
-			u, owner = j.users[i], driver.MarkOf(string(engine.KindBinding), j.users[i].mark)
-		}
-		switch {
-		case !ok || owner != r.Owner:
-			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindMissing, Resource: ResourceUser, Name: name, Owner: r.Owner,
-				Record: recordName(r), Detail: "ready binding without its user" + otherMark(owner, ok),
-				Action: "not fixed: the application holds a key that cannot be restored; unbind and bind again from the platform"})
-		case u.keys == "" || !slices.Contains(strings.Split(u.keys, keySep), r.AccessKeyID):
-			j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindMissing, Resource: ResourceKey, Name: r.AccessKeyID, User: name, Owner: r.Owner,
-				Record: recordName(r), Detail: "ready binding whose user lacks the key it handed out",
-				Action: "not fixed: the application holds a key that cannot be restored; unbind and bind again from the platform"})
+		if obs.UserExists && obs.UserOwner == r.Owner && slices.Contains(obs.KeyIDs, r.AccessKeyID) {
+			return nil
 		}
 	}
+	now, err := j.store.Get(ctx, r.Kind, r.ID)
+	if err != nil {
+		return fmt.Errorf("read %s again: %w", recordName(r), err)
+	}
+	if now.Version != r.Version {
+		j.skipMissing = append(j.skipMissing, Skipped{Record: recordName(r),
+			Reason: fmt.Sprintf("changed while the audit ran (now %s, %s %s): audit again", now.Phase, now.Op.Type, now.Op.State)})
+		return nil
+	}
+	j.rep.Findings = append(j.rep.Findings, f)
+	return nil
 }
-
-func byName(res resource, name string) int { return strings.Compare(res.name, name) }
 
 func otherMark(owner string, found bool) string {
 	if found {

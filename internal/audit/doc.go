@@ -58,27 +58,67 @@
 //
 // # Memory
 //
-// The inventory is taken a page at a time (driver.InventoryPages) and of
-// each page only the judged resources' names, marks and keys are kept.
-// The store is read a page at a time (engine.ListOptions.Limit, 1,000
-// records) and each page judged as it comes: a record settles the
-// verdict of the resources that carry its mark (found through an index
-// of them by mark) and its own resources are looked up by name; nothing
-// of the record is kept but the findings it makes. Fix reads the store in
-// pages too and keeps the live records of its findings' marks only. What
-// grows with the instances is the judged resources alone: names and marks
-// and keys can only be compared side by side in one order, and the
-// store's order (kind, id) is not the backend's (names).
+// The two sides are compared as they stream, in one order: the names of
+// the backend's resources. The driver hands the inventory out a page at
+// a time (driver.InventoryPages), each page sorted by name (S3's
+// ListBuckets is; IAM's ListUsers on the embedded server is), buckets and
+// users each in their own order; the store lists each kind's records by
+// their resource's name, an instance's bucket, a binding's user
+// (engine.ListOptions.ByName, 1,000 records a page, in byte order, as S3
+// compares names). Each page of the inventory is merged with the records
+// up to its names: a bucket meets the instance records of its name (names
+// are unique), a record with no resource of its name in the inventory is
+// judged alone, and neither is kept once judged. A record's name is set
+// with its intent, derived from its id (driver.BucketName,
+// driver.UserName), so no bucket or binding record waits for one; an
+// upstream record has none, lists first and is judged alone. What Run
+// holds is a page
+// of the driver's, a page of each kind's records, and the report, plus
+// what waits for the end: the candidates of missing findings (as many as
+// the backend lacks) and the resources no record of their name carries
+// the mark of (a record of another name may: the last pass settles them,
+// see below), about as many as the leaks. Fix reads the store in pages
+// too and keeps the live records of its findings' marks only.
+//
+// A driver whose pages come out of name order (IAM does not promise
+// ListUsers' order elsewhere) is detected at the first name not after the
+// one before it: that kind is then held, as before the merge, its
+// resources kept and judged against every record of the kind in the last
+// pass (the candidates of missing findings made before, against the held
+// resources first), and a line is logged.
 //
 // # Races with a running broker
 //
-// The inventory is read, every page of it, before the store. A record is
-// written before any backend change (intent first), so every resource the
-// inventory saw has its record in the store read that follows, unless the
-// record was deleted in between. The pages are read one after the other,
-// not in one snapshot, but every page is read after the inventory, and a
-// listing in pages sees every record that existed throughout exactly once
-// (records are never removed: a deleted one is a tombstone), so the
-// argument holds page by page. Fix reads the store again right before it acts and leaves
-// any finding whose record has since changed.
+// The sides are read in turns, not one after the other: a page of records
+// may be read before the inventory's page of their names or after it.
+// Each finding is made so that a write of a running broker in between
+// cannot make it. The broker writes a record before it changes the
+// backend (intent first), and never deletes a record (a deleted one is a
+// tombstone).
+//
+//   - leak: a resource is a leak only on a record read after its page.
+//     A tombstone of its name, which may have been read before the
+//     resource's page (and been provisioned again since), is read again
+//     (Get); a resource no record of its name carries the mark of waits
+//     for the last pass, a listing of every record read after the whole
+//     inventory, which settles it by mark as the audit always has. Either
+//     way the record read comes after the resource was listed, so the
+//     resource's record, written before it, is in it, unless deleted: a
+//     tombstone.
+//   - missing: a ready record whose resource its name's page lacks is a
+//     candidate. Once the inventory is in, the driver is asked for that one
+//     resource (Observe), and the record read again (Get): the finding
+//     stands if the resource is still not as the record has it and the
+//     record is unchanged. A provision that ended after the page was read
+//     has its resource by then; a deprovision that began after the record
+//     was read has changed the record before the resource (the finding is
+//     then listed as not judged: audit again).
+//   - unknown-key: as before, Fix reads the store again and leaves a key
+//     whose binding changed since the audit read it (Record.Version).
+//
+// A listing in pages sees every record that existed throughout exactly
+// once (engine.Store.List); records written behind its cursor are not
+// seen, and need not be: their resources are either listed later (the
+// last pass sees the record) or were listed before (a page read before
+// the record existed, and so before its resource did).
 package audit

@@ -218,6 +218,16 @@ type UpstreamOp struct {
 	Operation string `json:"operation,omitempty"`
 }
 
+// ResourceName is the name of the record's backend resource, the name a
+// listing by name (ListOptions.ByName) orders it by: an instance's
+// bucket, a binding's user; empty for an upstream record.
+func (r *Record) ResourceName() string {
+	if r.Kind == KindBinding {
+		return r.UserName
+	}
+	return r.Bucket
+}
+
 // Clone returns a deep copy, so that callers can change it freely.
 func (r *Record) Clone() *Record {
 	c := *r

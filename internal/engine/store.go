@@ -32,17 +32,25 @@ type ListOptions struct {
 	// every match at once.
 	After RecordKey
 	Limit int
+	// ByName lists the records of one Kind (required) in the order of
+	// their resources' names (Record.ResourceName; empty for upstream
+	// records, first), then id, in byte order: the order the storage
+	// backends list buckets and users in. A page then starts after
+	// After's Name and ID.
+	ByName bool
 }
 
-// RecordKey names a record: its kind and id. The zero value is before
-// every record.
+// RecordKey names a record: its kind and id, and with them its
+// resource's name, the cursor of a listing by name. The zero value is
+// before every record.
 type RecordKey struct {
 	Kind Kind
 	ID   string
+	Name string
 }
 
 // KeyOf returns the key of r, the After of the page that follows r.
-func KeyOf(r *Record) RecordKey { return RecordKey{Kind: r.Kind, ID: r.ID} }
+func KeyOf(r *Record) RecordKey { return RecordKey{Kind: r.Kind, ID: r.ID, Name: r.ResourceName()} }
 
 // Store keeps records durably. A call returns only after its write is
 // committed (synchronous commit): an answer sent after it survives a crash.
@@ -57,7 +65,8 @@ type Store interface {
 	// changes nothing.
 	Update(ctx context.Context, r *Record) error
 	// List returns the records matching opts, ordered by kind and id
-	// (byte order), a page of them when opts.Limit is above zero. Each
+	// (byte order; by resource name and id with opts.ByName), a page of
+	// them when opts.Limit is above zero. Each
 	// page is read on its own: a listing paged through records written
 	// meanwhile sees each record at most once, and every record that
 	// existed throughout.

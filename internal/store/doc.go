@@ -2,8 +2,8 @@
 // one JSON form a record is kept in, and the times a store stamps.
 //
 // The stores (store/sqlite, store/postgres) keep each record as this JSON
-// beside a few indexed columns (kind, id, instance, phase, operation state,
-// version). Writing the same bytes on both lets the shared conformance suite
+// beside a few indexed columns (kind, id, instance, resource name, phase,
+// operation state, version). Writing the same bytes on both lets the shared conformance suite
 // (store/storetest) hold them to the same round trip, byte for byte. For
 // the same reason both stamp a record through ForInsert and ForUpdate, and
 // both run their schema migrations through Migrate: only the SQL differs.

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/bucketbroker/bucketbroker/internal/engine"
@@ -75,6 +76,9 @@ func Migrate(current int, migrations []string, apply func(version int, statement
 func Paged(opts engine.ListOptions, page func(after engine.RecordKey, want int, out *[]*engine.Record) (rows int, last engine.RecordKey, none bool, err error)) ([]*engine.Record, error) {
 	if opts.Limit < 0 {
 		return nil, fmt.Errorf("list records: limit %d is negative", opts.Limit)
+	}
+	if opts.ByName && opts.Kind == "" {
+		return nil, errors.New("list records: a listing by resource name needs a kind")
 	}
 	var out []*engine.Record
 	after := opts.After

@@ -26,9 +26,10 @@
 //
 // The table keeps the whole record in a json column (json, not jsonb: json
 // keeps the text byte for byte, jsonb would rewrite the raw parameters that
-// fingerprints are computed over); instance_id, phase, op_state and the
-// times are copies that List selects on. kind, id and instance_id are
-// COLLATE "C", so that List's order is byte order, as the suite requires,
+// fingerprints are computed over); instance_id, resource_name
+// (Record.ResourceName, which ListOptions.ByName orders by), phase,
+// op_state and the times are copies that List selects on. kind, id,
+// instance_id and resource_name are COLLATE "C", so that List's order is byte order, as the suite requires,
 // whatever the database's default collation. Ids must be valid UTF-8
 // without NUL characters, which the OSB door already guarantees.
 //

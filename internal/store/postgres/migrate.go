@@ -42,6 +42,17 @@ var migrations = []string{
 	);
 	CREATE INDEX records_instance_id ON records (instance_id, kind, id);
 	CREATE INDEX records_unfinished ON records (kind, id) WHERE op_state = 'in progress';`,
+	// 2: resource_name, the record's resource's name (Record.ResourceName:
+	// an instance's bucket, a binding's user; empty for upstream records),
+	// COLLATE "C" as kind and id, for the listing by name
+	// (ListOptions.ByName) that the audit merges with the backend's
+	// listings; filled from data for the rows already there.
+	`ALTER TABLE records ADD COLUMN resource_name text COLLATE "C" NOT NULL DEFAULT '';
+	UPDATE records SET resource_name = COALESCE(CASE kind
+		WHEN 'instance' THEN data->>'bucket'
+		WHEN 'binding' THEN data->>'userName' END, '')
+	WHERE kind IN ('instance', 'binding');
+	CREATE INDEX records_resource_name ON records (kind, resource_name, id);`,
 }
 
 // migrate brings the schema up to the newest version in migrations, in one

@@ -9,8 +9,8 @@ import (
 	"github.com/bucketbroker/bucketbroker/internal/store"
 )
 
-// listPage is List with opts.After or opts.Limit set: the rows after
-// After in (kind, id) order, read LIMIT rows at a time from the primary
+// listPage is List with opts.After, opts.Limit or opts.ByName set: the
+// rows after After in (kind, id) order (or (resource_name, id)), read LIMIT rows at a time from the primary
 // key's index until Limit records have decoded (rows that cannot be
 // decoded are noted and skipped, as List does) or the rows run out.
 func (s *Store) listPage(ctx context.Context, opts engine.ListOptions) ([]*engine.Record, error) {
@@ -48,6 +48,12 @@ func pageQuery(opts engine.ListOptions, after engine.RecordKey, limit int) (quer
 		where = append(where, "op_state = "+quote(string(engine.OpInProgress)))
 	}
 	switch {
+	case opts.ByName:
+		// kind = $1 and the row value: an index scan of
+		// records_resource_name from it.
+		if after != (engine.RecordKey{}) {
+			where = append(where, "(resource_name, id) > ("+arg(after.Name)+", "+arg(after.ID)+")")
+		}
 	case opts.Kind == "":
 		where = append(where, "(kind, id) > ("+arg(string(after.Kind))+", "+arg(after.ID)+")")
 	case after.Kind == opts.Kind:
@@ -55,11 +61,15 @@ func pageQuery(opts engine.ListOptions, after engine.RecordKey, limit int) (quer
 	case after.Kind > opts.Kind:
 		return "", nil, true
 	}
-	query = "SELECT kind, id, instance_id, version, data FROM records"
+	query = "SELECT kind, id, instance_id, resource_name, version, data FROM records"
 	if len(where) > 0 {
 		query += " WHERE " + strings.Join(where, " AND ")
 	}
-	query += " ORDER BY kind, id"
+	if opts.ByName {
+		query += " ORDER BY resource_name, id"
+	} else {
+		query += " ORDER BY kind, id"
+	}
 	if limit > 0 {
 		query += " LIMIT " + arg(limit)
 	}
@@ -79,11 +89,12 @@ func (s *Store) queryPage(ctx context.Context, query string, args []any, out *[]
 	for rs.Next() {
 		progress()
 		var raw store.Raw
-		if err := rs.Scan(&raw.Kind, &raw.ID, &raw.InstanceID, &raw.Version, &raw.Data); err != nil {
+		var name string
+		if err := rs.Scan(&raw.Kind, &raw.ID, &raw.InstanceID, &name, &raw.Version, &raw.Data); err != nil {
 			return 0, last, err
 		}
 		rows++
-		last = engine.RecordKey{Kind: raw.Kind, ID: raw.ID}
+		last = engine.RecordKey{Kind: raw.Kind, ID: raw.ID, Name: name}
 		if r, ok := store.DecodeListed(&s.unreadable, raw); ok {
 			*out = append(*out, r)
 		}

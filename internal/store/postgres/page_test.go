@@ -30,8 +30,10 @@ func TestListPagedPlans(t *testing.T) {
 		{InstanceID: "i1", Limit: 1000},
 		{Kind: engine.KindBinding, InstanceID: "i1", Limit: 1000},
 		{Kind: engine.KindInstance, Unfinished: true, Limit: 1000},
+		{Kind: engine.KindInstance, ByName: true, Limit: 1000},
+		{Kind: engine.KindBinding, ByName: true, Limit: 1000},
 	} {
-		for _, after := range []engine.RecordKey{{}, {Kind: engine.KindBinding, ID: "b1"}, {Kind: engine.KindInstance, ID: "i1"}} {
+		for _, after := range []engine.RecordKey{{}, {Kind: engine.KindBinding, ID: "b1", Name: "bb-u"}, {Kind: engine.KindInstance, ID: "i1", Name: "bb-i"}} {
 			query, args, none := pageQuery(opts, after, opts.Limit)
 			if none {
 				continue
@@ -52,8 +54,9 @@ func TestListPagedPlans(t *testing.T) {
 			p := strings.Join(plan, "; ")
 			t.Logf("%+v after %+v: %s", opts, after, p)
 			// A cursor inside the listing must be an index condition.
-			inside := after != (engine.RecordKey{}) && (opts.Kind == "" || opts.Kind == after.Kind)
-			bounded := strings.Contains(p, "Index Cond: ") && (strings.Contains(p, "ROW(kind, id) > ROW(") || strings.Contains(p, "(id > "))
+			inside := after != (engine.RecordKey{}) && (opts.Kind == "" || opts.Kind == after.Kind || opts.ByName)
+			bounded := strings.Contains(p, "Index Cond: ") && (strings.Contains(p, "ROW(kind, id) > ROW(") || strings.Contains(p, "(id > ") ||
+				strings.Contains(p, "ROW(resource_name, id) > ROW("))
 			if !strings.Contains(p, "Index Scan using") || strings.Contains(p, "Sort") || strings.Contains(p, "Seq Scan") || (inside && !bounded) {
 				t.Errorf("List(%+v) after %+v: plan %q, want an index searched from the cursor, no sort", opts, after, p)
 			}

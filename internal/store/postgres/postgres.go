@@ -57,13 +57,13 @@ type Store struct {
 const (
 	getSQL    = `SELECT version, data FROM records WHERE kind = $1 AND id = $2`
 	insertSQL = `
-		INSERT INTO records (kind, id, instance_id, phase, op_state, version, created_at, updated_at, data)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+		INSERT INTO records (kind, id, instance_id, resource_name, phase, op_state, version, created_at, updated_at, data)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 		ON CONFLICT (kind, id) DO NOTHING`
 	updateSQL = `
 		UPDATE records
-		SET instance_id = $1, phase = $2, op_state = $3, version = $4, created_at = $5, updated_at = $6, data = $7
-		WHERE kind = $8 AND id = $9 AND version = $10`
+		SET instance_id = $1, resource_name = $2, phase = $3, op_state = $4, version = $5, created_at = $6, updated_at = $7, data = $8
+		WHERE kind = $9 AND id = $10 AND version = $11`
 	existsSQL = `SELECT 1 FROM records WHERE kind = $1 AND id = $2`
 )
 
@@ -157,7 +157,7 @@ func (s *Store) Insert(ctx context.Context, r *engine.Record) error {
 	call, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	tag, err := s.pool.Exec(call, insertSQL,
-		string(c.Kind), c.ID, c.InstanceID, string(c.Phase), string(c.Op.State), c.Version,
+		string(c.Kind), c.ID, c.InstanceID, c.ResourceName(), string(c.Phase), string(c.Op.State), c.Version,
 		c.CreatedAt, c.UpdatedAt, string(data))
 	if err != nil {
 		return fmt.Errorf("insert record %s/%s: %w", r.Kind, r.ID, callErr(ctx, err))
@@ -205,7 +205,7 @@ func (s *Store) Update(ctx context.Context, r *engine.Record) error {
 	call, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	tag, err := s.pool.Exec(call, updateSQL,
-		c.InstanceID, string(c.Phase), string(c.Op.State), c.Version,
+		c.InstanceID, c.ResourceName(), string(c.Phase), string(c.Op.State), c.Version,
 		c.CreatedAt, c.UpdatedAt, string(data),
 		string(c.Kind), c.ID, r.Version)
 	if err != nil {
@@ -230,7 +230,7 @@ func (s *Store) Update(ctx context.Context, r *engine.Record) error {
 
 // List implements engine.Store.
 func (s *Store) List(ctx context.Context, opts engine.ListOptions) ([]*engine.Record, error) {
-	if opts.Limit != 0 || opts.After != (engine.RecordKey{}) {
+	if opts.Limit != 0 || opts.After != (engine.RecordKey{}) || opts.ByName {
 		return s.listPage(ctx, opts)
 	}
 	var where []string

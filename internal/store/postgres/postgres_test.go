@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -229,9 +230,66 @@ func TestConcurrentOpen(t *testing.T) {
 	// Every statement of a multi-statement migration ran, not only the first.
 	indexes := query(t, dsn,
 		`SELECT indexname::text FROM pg_indexes WHERE schemaname = $1 AND tablename = 'records' ORDER BY indexname`, schema)
-	if diff := cmp.Diff([]string{"records_instance_id", "records_pkey", "records_unfinished"}, indexes); diff != "" {
+	if diff := cmp.Diff([]string{"records_instance_id", "records_pkey", "records_resource_name", "records_unfinished"}, indexes); diff != "" {
 		t.Errorf("indexes on records (-want +got):\n%s", diff)
 	}
+}
+
+// TestMigrateFillsResourceName opens a schema at version 1, as versions
+// before the listing by name left it, and finds each record's resource
+// name filled in by the migration: the listing by name has them in byte
+// order, and a row whose data is not an object migrates too (empty
+// name) and stays unreadable.
+func TestMigrateFillsResourceName(t *testing.T) {
+	dsn, _ := freshSchema(t)
+	admin(t, dsn, `CREATE TABLE schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL)`)
+	admin(t, dsn, migrations[0])
+	admin(t, dsn, `INSERT INTO schema_migrations VALUES (1, now())`)
+	rows := []*engine.Record{
+		{Kind: engine.KindInstance, ID: "i1", Bucket: "bb-b", Phase: engine.PhaseReady},
+		{Kind: engine.KindInstance, ID: "i2", Bucket: "bb-B", Phase: engine.PhaseReady}, // "B" < "b" bytewise, not in a locale
+		{Kind: engine.KindInstance, ID: "i3", Upstream: "db", Phase: engine.PhaseReady},
+		{Kind: engine.KindBinding, ID: "b1", InstanceID: "i1", Bucket: "bb-b", UserName: "bb-z", Phase: engine.PhaseReady},
+		{Kind: engine.KindBinding, ID: "b2", InstanceID: "i2", Bucket: "bb-B", UserName: "bb-y", Phase: engine.PhaseReady},
+	}
+	for _, r := range rows {
+		data, err := store.Encode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		admin(t, dsn, `INSERT INTO records VALUES ($1, $2, $3, 'ready', 'succeeded', 1, now(), now(), $4)`,
+			string(r.Kind), r.ID, r.InstanceID, string(data))
+	}
+	admin(t, dsn, `INSERT INTO records VALUES ('instance', 'bad', '', 'ready', 'succeeded', 1, now(), now(), '[1]')`)
+	s := open(t, dsn)
+	for kind, want := range map[engine.Kind][]string{
+		engine.KindInstance: {"instance/bad", "instance/i3", "instance/i2", "instance/i1"},
+		engine.KindBinding:  {"binding/b2", "binding/b1"},
+	} {
+		got, err := s.List(t.Context(), engine.ListOptions{Kind: kind, ByName: true, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = slices.DeleteFunc(want, func(k string) bool { return k == "instance/bad" }) // unreadable: skipped
+		if diff := cmp.Diff(want, storeKeys(got)); diff != "" {
+			t.Errorf("%ss by name after the migration (-want +got):\n%s", kind, diff)
+		}
+	}
+	got := query(t, dsn, `SELECT resource_name FROM records ORDER BY kind, id`)
+	if diff := cmp.Diff([]string{"bb-z", "bb-y", "", "bb-b", "bb-B", ""}, got); diff != "" {
+		t.Errorf("resource_name of b1, b2, bad, i1, i2, i3 (-want +got):\n%s", diff)
+	}
+	if bad := s.Unreadable(); len(bad) != 1 || bad[0].ID != "bad" {
+		t.Errorf("Unreadable() = %+v, want instance/bad", bad)
+	}
+}
+
+func storeKeys(rs []*engine.Record) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, string(r.Kind)+"/"+r.ID)
+	}
+	return out
 }
 
 func TestOpenRejectsNewerSchema(t *testing.T) {

@@ -18,8 +18,11 @@
 // UPDATE ... WHERE kind = ? AND id = ? AND version = ?, a compare-and-swap:
 // no row changed means engine.ErrStale, or engine.ErrNotFound when a
 // follow-up read, made only in that case, finds no record. The table keeps
-// the whole record as JSON in its data column; instance_id, phase, op_state
-// and the times are copies that List selects on.
+// the whole record as JSON in its data column; instance_id, resource_name
+// (Record.ResourceName, which ListOptions.ByName orders by: the index
+// records_resource_name), phase, op_state and the times are copies that
+// List selects on. TEXT compares bytewise (the BINARY collation): Go's
+// string order.
 //
 // All writes of a Store go through a pool of exactly one connection, so
 // writers in this process queue in database/sql rather than contend for

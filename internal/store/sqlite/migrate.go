@@ -30,6 +30,18 @@ var migrations = []string{
 	) STRICT;
 	CREATE INDEX records_instance_id ON records (instance_id, kind, id);
 	CREATE INDEX records_op_state ON records (op_state, kind, id);`,
+	// 2: resource_name, the record's resource's name (Record.ResourceName:
+	// an instance's bucket, a binding's user; empty for upstream records),
+	// for the listing by name (ListOptions.ByName) that the audit merges
+	// with the backend's listings; filled from data for the rows already
+	// there (none for a row whose data is not JSON: such a record cannot
+	// be read, and its repair writes the column).
+	`ALTER TABLE records ADD COLUMN resource_name TEXT NOT NULL DEFAULT '';
+	UPDATE records SET resource_name = COALESCE(CAST(CASE kind
+		WHEN 'instance' THEN json_extract(data, '$.bucket')
+		WHEN 'binding' THEN json_extract(data, '$.userName') END AS TEXT), '')
+	WHERE json_valid(data);
+	CREATE INDEX records_resource_name ON records (kind, resource_name, id);`,
 }
 
 // migrate brings the schema of db up to the newest version in migrations,

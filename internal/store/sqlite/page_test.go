@@ -17,6 +17,8 @@ var pagedOptions = []engine.ListOptions{
 	{InstanceID: "i1", Limit: 1000},
 	{Kind: engine.KindBinding, InstanceID: "i1", Limit: 1000},
 	{Kind: engine.KindInstance, Unfinished: true, Limit: 1000},
+	{Kind: engine.KindInstance, ByName: true, Limit: 1000},
+	{Kind: engine.KindBinding, ByName: true, Limit: 1000},
 }
 
 // TestListPagedPlans: every paged query seeks an index to its cursor and
@@ -25,7 +27,7 @@ var pagedOptions = []engine.ListOptions{
 func TestListPagedPlans(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "records.db"))
 	for _, opts := range pagedOptions {
-		for _, after := range []engine.RecordKey{{}, {Kind: engine.KindBinding, ID: "b1"}, {Kind: engine.KindInstance, ID: "i1"}} {
+		for _, after := range []engine.RecordKey{{}, {Kind: engine.KindBinding, ID: "b1", Name: "bb-u"}, {Kind: engine.KindInstance, ID: "i1", Name: "bb-i"}} {
 			query, args, none := pageQuery(opts, after, opts.Limit)
 			if none {
 				continue
@@ -48,8 +50,8 @@ func TestListPagedPlans(t *testing.T) {
 			// A cursor inside the listing must bound the search, not only
 			// the kind (which would read from the kind's first row); one
 			// of a kind before opts.Kind lists the whole kind.
-			inside := after != (engine.RecordKey{}) && (opts.Kind == "" || opts.Kind == after.Kind)
-			bounded := strings.Contains(p, "(kind,id)>(?,?)") || strings.Contains(p, "id>?")
+			inside := after != (engine.RecordKey{}) && (opts.Kind == "" || opts.Kind == after.Kind || opts.ByName)
+			bounded := strings.Contains(p, "(kind,id)>(?,?)") || strings.Contains(p, "id>?") || strings.Contains(p, "(resource_name,id)>(?,?)")
 			if !strings.HasPrefix(p, "SEARCH records USING") || strings.Contains(p, "TEMP B-TREE") || (inside && !bounded) {
 				t.Errorf("List(%+v) after %+v: plan %q, want an index searched from the cursor, no sort", opts, after, p)
 			}

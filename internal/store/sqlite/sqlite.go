@@ -64,12 +64,12 @@ const (
 	// is not the one given (the one decoded already).
 	getSQL    = `SELECT version, CASE WHEN version = ? THEN NULL ELSE data END FROM records WHERE kind = ? AND id = ?`
 	insertSQL = `
-		INSERT INTO records (kind, id, instance_id, phase, op_state, version, created_at, updated_at, data)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		INSERT INTO records (kind, id, instance_id, resource_name, phase, op_state, version, created_at, updated_at, data)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (kind, id) DO NOTHING`
 	updateSQL = `
 		UPDATE records
-		SET instance_id = ?, phase = ?, op_state = ?, version = ?, created_at = ?, updated_at = ?, data = ?
+		SET instance_id = ?, resource_name = ?, phase = ?, op_state = ?, version = ?, created_at = ?, updated_at = ?, data = ?
 		WHERE kind = ? AND id = ? AND version = ?`
 )
 
@@ -237,7 +237,7 @@ func (s *Store) Insert(ctx context.Context, r *engine.Record) error {
 	// One statement: the primary key decides which of two concurrent
 	// inserts wins; there is no window between a check and the write.
 	res, err := s.insert.ExecContext(ctx,
-		c.Kind, c.ID, c.InstanceID, c.Phase, c.Op.State, c.Version,
+		c.Kind, c.ID, c.InstanceID, c.ResourceName(), c.Phase, c.Op.State, c.Version,
 		formatTime(c.CreatedAt), formatTime(c.UpdatedAt), string(data))
 	if err != nil {
 		return fmt.Errorf("insert record %s/%s: %w", r.Kind, r.ID, err)
@@ -371,7 +371,7 @@ func (s *Store) Update(ctx context.Context, r *engine.Record) error {
 	// Compare-and-swap in one statement: the version check and the write
 	// cannot be separated by another writer.
 	res, err := s.update.ExecContext(ctx,
-		c.InstanceID, c.Phase, c.Op.State, c.Version,
+		c.InstanceID, c.ResourceName(), c.Phase, c.Op.State, c.Version,
 		formatTime(c.CreatedAt), formatTime(c.UpdatedAt), string(data),
 		c.Kind, c.ID, r.Version)
 	if err != nil {
@@ -402,7 +402,7 @@ func (s *Store) Update(ctx context.Context, r *engine.Record) error {
 
 // List implements engine.Store.
 func (s *Store) List(ctx context.Context, opts engine.ListOptions) ([]*engine.Record, error) {
-	if opts.Limit != 0 || opts.After != (engine.RecordKey{}) {
+	if opts.Limit != 0 || opts.After != (engine.RecordKey{}) || opts.ByName {
 		return s.listPage(ctx, opts)
 	}
 	var where []string

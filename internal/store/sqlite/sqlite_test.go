@@ -162,8 +162,84 @@ func TestOpenMigrates(t *testing.T) {
 		}
 		indexes = append(indexes, name)
 	}
-	if diff := cmp.Diff([]string{"records_instance_id", "records_op_state"}, indexes); diff != "" {
+	if diff := cmp.Diff([]string{"records_instance_id", "records_op_state", "records_resource_name"}, indexes); diff != "" {
 		t.Errorf("indexes on records (-want +got):\n%s", diff)
+	}
+}
+
+// TestMigrateFillsResourceName opens a file at schema version 1, as
+// versions before the listing by name left it, and finds each record's
+// resource name filled in by the migration: the listing by name has them
+// in order, and a row whose data is not JSON migrates too (empty name)
+// and stays unreadable.
+func TestMigrateFillsResourceName(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bucketbroker.db")
+	db := rawDB(t, path)
+	ctx := t.Context()
+	for _, q := range []string{
+		`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL) STRICT`,
+		migrations[0],
+		`INSERT INTO schema_migrations VALUES (1, 'then')`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("schema 1: %v", err)
+		}
+	}
+	rows := []*engine.Record{
+		{Kind: engine.KindInstance, ID: "i1", Bucket: "bb-b", Phase: engine.PhaseReady},
+		{Kind: engine.KindInstance, ID: "i2", Bucket: "bb-a", Phase: engine.PhaseReady},
+		{Kind: engine.KindInstance, ID: "i3", Upstream: "db", Phase: engine.PhaseReady},
+		{Kind: engine.KindBinding, ID: "b1", InstanceID: "i1", Bucket: "bb-b", UserName: "bb-z", Phase: engine.PhaseReady},
+		{Kind: engine.KindBinding, ID: "b2", InstanceID: "i2", Bucket: "bb-a", UserName: "bb-y", Phase: engine.PhaseReady},
+	}
+	for _, r := range rows {
+		data, err := store.Encode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, `INSERT INTO records VALUES (?, ?, ?, 'ready', 'succeeded', 1, 'then', 'then', ?)`,
+			r.Kind, r.ID, r.InstanceID, string(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO records VALUES ('instance', 'bad', '', 'ready', 'succeeded', 1, 'then', 'then', '{"bucket":')`); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, path)
+	for kind, want := range map[engine.Kind][]string{
+		engine.KindInstance: {"instance/i3", "instance/i2", "instance/i1"},
+		engine.KindBinding:  {"binding/b2", "binding/b1"},
+	} {
+		got, err := s.List(ctx, engine.ListOptions{Kind: kind, ByName: true, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, r := range got {
+			keys = append(keys, string(r.Kind)+"/"+r.ID)
+		}
+		if diff := cmp.Diff(want, keys); diff != "" {
+			t.Errorf("%ss by name after the migration (-want +got):\n%s", kind, diff)
+		}
+	}
+	var names []string
+	qrows, err := db.QueryContext(ctx, `SELECT resource_name FROM records ORDER BY kind, id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qrows.Close()
+	for qrows.Next() {
+		var n string
+		if err := qrows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, n)
+	}
+	if diff := cmp.Diff([]string{"bb-z", "bb-y", "", "bb-b", "bb-a", ""}, names); diff != "" {
+		t.Errorf("resource_name of b1, b2, bad, i1, i2, i3 (-want +got):\n%s", diff)
+	}
+	if bad := s.Unreadable(); len(bad) != 1 || bad[0].ID != "bad" {
+		t.Errorf("Unreadable() = %+v, want instance/bad", bad)
 	}
 }
 

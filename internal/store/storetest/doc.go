@@ -19,7 +19,10 @@
 // left; paged (ListOptions.After and Limit), it lists every record that
 // existed throughout exactly once and in order, whatever is inserted or
 // updated between pages, and a page shorter than its Limit ends the
-// listing (an unreadable record does not count against it). Every call
+// listing (an unreadable record does not count against it). ListByName:
+// one kind listed by its resources' names (Record.ResourceName), then id,
+// in byte order, as Insert and Update wrote them, paged after a (name,
+// id) cursor. Every call
 // honors its context. A record that could not be read
 // back (nested past encoding/json's limit, or too large) is never written;
 // one planted in the database behind the store (RunUnreadable) is skipped

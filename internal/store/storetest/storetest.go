@@ -70,6 +70,10 @@ func Run(t *testing.T, newStore func(t *testing.T) engine.Store) {
 			reason: "List with Limit and After must page through the records in (kind, id) order, each record once, whatever is inserted or updated between pages; Limit 0 lists everything; a negative Limit is an error.",
 			test:   testListPaged,
 		},
+		"ListByName": {
+			reason: "List with ByName must list one kind by resource name (an instance's bucket, a binding's user), then id, in byte order, as Insert and Update wrote them, in pages after a (name, id) cursor; without a kind it is an error.",
+			test:   testListByName,
+		},
 		"ListFollowsUpdates": {
 			reason: "List must select on the state written by the latest Update, not by Insert.",
 			test:   testListFollowsUpdates,
