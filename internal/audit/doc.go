@@ -91,8 +91,8 @@
 //
 // The sides are read in turns, not one after the other: a page of records
 // may be read before the inventory's page of their names or after it.
-// Each finding is made so that a write of a running broker in between
-// cannot make it. The broker writes a record before it changes the
+// Each leak and missing finding is made so that a write of a running
+// broker in between cannot make it (an unknown key can be: below). The broker writes a record before it changes the
 // backend (intent first), and never deletes a record (a deleted one is a
 // tombstone).
 //
@@ -113,8 +113,12 @@
 //     has its resource by then; a deprovision that began after the record
 //     was read has changed the record before the resource (the finding is
 //     then listed as not judged: audit again).
-//   - unknown-key: as before, Fix reads the store again and leaves a key
-//     whose binding changed since the audit read it (Record.Version).
+//   - unknown-key: a binding's record may be read before its user's page;
+//     an unbind and a bind again of the same id in between then makes the
+//     new key look unknown (the audit before had the mirror-image race).
+//     Such a report is wrong, not harmful: Fix reads the store again and
+//     leaves a key whose binding changed since the audit read it
+//     (Record.Version).
 //
 // A listing in pages sees every record that existed throughout exactly
 // once (engine.Store.List); records written behind its cursor are not
