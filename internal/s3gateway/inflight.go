@@ -135,6 +135,17 @@ func sealRecord(r *[inFlightRecord]byte, payload []byte) {
 	binary.LittleEndian.PutUint32(r[:4], crc32.Checksum(r[4:], crcTable))
 }
 
+// objectsStampRecord is the record of objects/'s stamp s, sealed: what
+// openInFlight writes first and end after a call made or removed a
+// bucket's directory.
+func objectsStampRecord(s dirStamp) [inFlightRecord]byte {
+	var e encoder
+	e.stamp(s)
+	var r [inFlightRecord]byte
+	sealRecord(&r, e.b)
+	return r
+}
+
 // openRecord checks a record's CRC and returns its payload.
 func openRecord(r []byte) ([]byte, error) {
 	if crc32.Checksum(r[4:], crcTable) != binary.LittleEndian.Uint32(r[:4]) {
@@ -193,8 +204,6 @@ func openInFlight(dataDir string) (*inFlight, error) {
 	h.str(string(boot))
 	h.uint(inFlightSlots)
 	h.stamp(runStamp)
-	var o encoder
-	o.stamp(objStamp)
 	b := make([]byte, (firstSlot+inFlightSlots)*inFlightRecord)
 	var r [inFlightRecord]byte
 	for i := range firstSlot + inFlightSlots {
@@ -202,7 +211,7 @@ func openInFlight(dataDir string) (*inFlight, error) {
 		case headerRecord:
 			sealRecord(&r, h.b)
 		case objectsRecord:
-			sealRecord(&r, o.b)
+			r = objectsStampRecord(objStamp)
 		default:
 			sealRecord(&r, nil)
 		}
@@ -262,10 +271,7 @@ func (t *inFlight) end(op callOp, slot int) {
 	if op == opBucket {
 		t.mu.Lock() // the last stamp written is the last taken
 		if s, err := stampOf(t.objectsDir); err == nil {
-			var e encoder
-			e.stamp(s)
-			var r [inFlightRecord]byte
-			sealRecord(&r, e.b)
+			r := objectsStampRecord(s)
 			_, _ = t.f.WriteAt(r[:], recordOffset(objectsRecord))
 		}
 		t.mu.Unlock()
