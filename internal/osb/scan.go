@@ -394,36 +394,44 @@ func (s *scanner) digits() int {
 
 func (b *provisionBody) slot(k []byte) slot {
 	switch {
-	case keyIs(k, "service_id"):
-		return slot{str: &b.ServiceID}
-	case keyIs(k, "plan_id"):
-		return slot{str: &b.PlanID}
 	case keyIs(k, "organization_guid"):
 		return slot{str: &b.OrganizationGUID}
 	case keyIs(k, "space_guid"):
 		return slot{str: &b.SpaceGUID}
-	case keyIs(k, "parameters"):
-		return slot{raw: &b.Parameters}
-	case keyIs(k, "context"):
-		return slot{raw: &b.Context}
-	case keyIs(k, "maintenance_info"):
-		return slot{mi: &b.MaintenanceInfo}
 	}
-	return slot{}
+	return instanceFields{
+		serviceID: &b.ServiceID, planID: &b.PlanID,
+		parameters: &b.Parameters, context: &b.Context, maintenanceInfo: &b.MaintenanceInfo,
+	}.slot(k)
 }
 
 func (b *updateBody) slot(k []byte) slot {
+	return instanceFields{
+		serviceID: &b.ServiceID, planID: &b.PlanID,
+		parameters: &b.Parameters, context: &b.Context, maintenanceInfo: &b.MaintenanceInfo,
+	}.slot(k)
+}
+
+// instanceFields points at the fields provision and update bodies share;
+// its slot is theirs for those keys.
+type instanceFields struct {
+	serviceID, planID   *string
+	parameters, context *json.RawMessage
+	maintenanceInfo     **maintenanceInfo
+}
+
+func (f instanceFields) slot(k []byte) slot {
 	switch {
 	case keyIs(k, "service_id"):
-		return slot{str: &b.ServiceID}
+		return slot{str: f.serviceID}
 	case keyIs(k, "plan_id"):
-		return slot{str: &b.PlanID}
+		return slot{str: f.planID}
 	case keyIs(k, "parameters"):
-		return slot{raw: &b.Parameters}
+		return slot{raw: f.parameters}
 	case keyIs(k, "context"):
-		return slot{raw: &b.Context}
+		return slot{raw: f.context}
 	case keyIs(k, "maintenance_info"):
-		return slot{mi: &b.MaintenanceInfo}
+		return slot{mi: f.maintenanceInfo}
 	}
 	return slot{}
 }
