@@ -327,9 +327,19 @@ func (j *judge) record(ctx context.Context, r *engine.Record, res *resource) err
 // carries reports whether r carries res's mark, res being of kind's
 // resources.
 func carries(res *resource, kind engine.Kind, r *engine.Record) bool {
-	h, ok := driver.HashOfMark(r.Owner)
-	k, _ := driver.ParseOwnerMark(r.Owner)
-	return ok && k == string(kind) && h == res.mark
+	h, k, ok := markOf(r.Owner)
+	return ok && k == kind && h == res.mark
+}
+
+// markOf returns the hash and kind of an owner mark, and false for a mark
+// this version does not make.
+func markOf(mark string) (driver.MarkHash, engine.Kind, bool) {
+	k, ok := driver.ParseOwnerMark(mark)
+	if !ok {
+		return driver.MarkHash{}, "", false
+	}
+	h, _ := driver.HashOfMark(mark) // ok: the same pattern matched
+	return h, engine.Kind(k), true
 }
 
 // owner settles the verdict of res, which carries r's mark: a live record
@@ -373,14 +383,13 @@ func (j *judge) judged(resource, name, mark string, kind engine.Kind) (driver.Ma
 		j.skipResource = append(j.skipResource, Skipped{Resource: resource, Name: name, Reason: reason})
 		return driver.MarkHash{}, false
 	}
-	k, ok := driver.ParseOwnerMark(mark)
-	h, _ := driver.HashOfMark(mark)
+	h, k, ok := markOf(mark)
 	switch {
 	case !ok:
 		return skip(fmt.Sprintf("owner mark %q is not one this version makes", mark))
 	case !driver.NameMatchesMark(j.prefix, name, mark):
 		return skip(fmt.Sprintf("its name does not derive from its owner mark %q under prefix %q", mark, j.prefix))
-	case k != string(kind):
+	case k != kind:
 		return skip(fmt.Sprintf("owner mark of a %s: not kept in this store", k))
 	}
 	return h, true

@@ -251,15 +251,11 @@ func (j *judge) byMark(r *engine.Record) {
 	if r.Owner == "" {
 		return
 	}
-	h, ok := driver.HashOfMark(r.Owner)
-	k, _ := driver.ParseOwnerMark(r.Owner)
+	h, k, ok := markOf(r.Owner)
 	if !ok {
 		return
 	}
-	for _, s := range j.streams() {
-		if k != string(s.kind) {
-			continue
-		}
+	if s := j.streamOf(k); s != nil {
 		for _, i := range carrying(s.rest, s.marks, h) {
 			j.owner(&s.rest[i], r)
 		}
