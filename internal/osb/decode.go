@@ -167,10 +167,7 @@ func readAll(body io.Reader, length int64) ([]byte, error) {
 // decodeBody reads the body into v, a pointer to one of the body structs:
 // scanBody's decoding where it applies, else encoding/json's (see
 // unmarshalBody), from a zero v.
-func decodeBody[B any, P interface {
-	*B
-	bodySlots
-}](r *http.Request, v P) error {
+func decodeBody[B any, P bodyPtr[B]](r *http.Request, v P) error {
 	b, err := readBody(r)
 	if err != nil {
 		return err
@@ -303,10 +300,7 @@ func freeFormField(name string) freeForm { return freeForm{fmt.Sprintf("field %q
 // decodeWithBody reads what every request with a body starts with:
 // accepts_incomplete from the query, then the body, decoded into a B (see
 // decodeBody).
-func decodeWithBody[B any, P interface {
-	*B
-	bodySlots
-}](r *http.Request) (B, bool, error) {
+func decodeWithBody[B any, P bodyPtr[B]](r *http.Request) (B, bool, error) {
 	var b B
 	async, err := bodyQuery(r)
 	if err != nil {

@@ -51,6 +51,13 @@ type bodySlots interface {
 	slot(key []byte) slot
 }
 
+// bodyPtr is a pointer to a body struct B that scanBody fills, for the
+// functions generic over the bodies: they make a B and fill it through P.
+type bodyPtr[B any] interface {
+	*B
+	bodySlots
+}
+
 // slot is where one field's value goes: at most one pointer is set.
 type slot struct {
 	str *string

@@ -83,10 +83,7 @@ func FuzzScanBody(f *testing.F) {
 	})
 }
 
-func compareDecoders[B any, P interface {
-	*B
-	bodySlots
-}](t *testing.T, body []byte) {
+func compareDecoders[B any, P bodyPtr[B]](t *testing.T, body []byte) {
 	t.Helper()
 	var want B
 	wantErr := unmarshalBody(body, &want)
