@@ -1,14 +1,12 @@
 package s3gateway
 
 import (
-	"bufio"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -341,27 +339,19 @@ func TestUserStoreKillMidWrite(t *testing.T) {
 // once it reported n users done, and returns them.
 func killWriter(t *testing.T, dir string, n int) []int {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestUserStoreKillMidWrite$", "-test.count=1")
-	cmd.Env = append(os.Environ(), killWriterEnv+"="+dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(out)
+	c := startTestChild(t, "TestUserStoreKillMidWrite", killWriterEnv+"="+dir)
 	var done []int
-	for len(done) < n && lines.Scan() {
+	for len(done) < n {
+		line, ok := <-c.lines
+		if !ok {
+			break
+		}
 		var i int
-		if _, err := fmt.Sscanf(lines.Text(), "done %d", &i); err == nil {
+		if _, err := fmt.Sscanf(line, "done %d", &i); err == nil {
 			done = append(done, i)
 		}
 	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
+	c.kill(t)
 	if len(done) < n {
 		t.Fatalf("the writer stopped after %d users, before %d", len(done), n)
 	}

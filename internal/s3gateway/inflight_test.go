@@ -1,17 +1,14 @@
 package s3gateway
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -78,9 +75,8 @@ func TestInFlightChild(t *testing.T) {
 
 // child is a server in a process of its own.
 type child struct {
-	cmd   *exec.Cmd
-	lines chan string
-	s3    *s3.Client
+	*testChild
+	s3 *s3.Client
 }
 
 // startChild starts a server on cfg's data directory in a process of its
@@ -91,55 +87,10 @@ func startChild(t *testing.T, cfg Config, hold string) *child {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestInFlightChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &child{cmd: cmd, lines: make(chan string)}
-	t.Cleanup(func() {
-		if c.cmd.ProcessState == nil {
-			c.kill(t)
-		}
-	})
-	go func() {
-		defer close(c.lines)
-		for s := bufio.NewScanner(out); s.Scan(); {
-			c.lines <- s.Text()
-		}
-	}()
+	c := &child{testChild: startTestChild(t, "TestInFlightChild", childEnv+"="+string(spec))}
 	endpoint := c.waitFor(t, "ready ")
 	c.s3 = s3ClientAt(endpoint, cfg.Region, cfg.RootAccessKey, cfg.RootSecretKey)
 	return c
-}
-
-// waitFor returns the rest of the child's first line that starts with
-// prefix (the child prints versitygw's lines too).
-func (c *child) waitFor(t *testing.T, prefix string) string {
-	t.Helper()
-	for line := range c.lines {
-		if rest, ok := strings.CutPrefix(line, prefix); ok {
-			return rest
-		}
-	}
-	t.Fatalf("the child exited before it printed %q", prefix)
-	return ""
-}
-
-// kill kills the child with SIGKILL and waits for it.
-func (c *child) kill(t *testing.T) {
-	t.Helper()
-	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.cmd.Wait() // "signal: killed"
-	for range c.lines {
-	}
 }
 
 // loggedConfig is a test configuration whose log goes to logged.
