@@ -314,6 +314,16 @@ func (e *Engine) start(kind Kind, id string, first *Record) {
 // it stops at its next step boundary (a backend call in flight finishes
 // first, so that nothing it does lands after the new operation's steps).
 func (e *Engine) interrupt(kind Kind, id string) {
+	e.supersede(kind, id)
+	e.kick(kind, id)
+}
+
+// supersede is interrupt without the kick, for a request that kicks the
+// worker itself with the record it wrote (started): with no worker running,
+// the kick starts one with that record, which then needs no read (a kick
+// here first started one that read the record, and the request's kick
+// made it pass again and read it once more after its operation ended).
+func (e *Engine) supersede(kind Kind, id string) {
 	e.mu.Lock()
 	if w, ok := e.workers[key(kind, id)]; ok {
 		w.again = true
@@ -328,7 +338,6 @@ func (e *Engine) interrupt(kind Kind, id string) {
 		}
 	}
 	e.mu.Unlock()
-	e.kick(kind, id)
 }
 
 // haltKey carries a worker's halt channel in its context.

@@ -526,7 +526,7 @@ func (e *Engine) Deprovision(ctx context.Context, req DeprovisionRequest) (Resul
 		}
 		crashpoint.Hit(crashpoint.DeprovisionRecordWritten)
 		e.log.Info("Deprovisioning instance", "id", rec.ID, "halting_provision", halting, "operation", rec.Op.ID)
-		e.interrupt(KindInstance, rec.ID)
+		e.supersede(KindInstance, rec.ID)
 		return e.started(ctx, rec, OutcomeOK, e.answering(req.AcceptsIncomplete, plan))
 	}
 	return Result{}, fmt.Errorf("%w: instance %s keeps changing", ErrConcurrency, req.InstanceID)

@@ -22,8 +22,15 @@ import (
 // worker's write handed it (wait). It was 10 before.
 const maxProvisionBindReads = 6
 
+// maxUnbindDeprovisionReads is the same for the unbind and the deprovision
+// that follow: each request's look at its record. Their workers start with
+// the record the request wrote and do not read it back after their own
+// final write. It was 8 before: each worker also read the record at its
+// start and again in a second pass, and each waiting request read it.
+const maxUnbindDeprovisionReads = 2
+
 // TestProvisionBindReads counts the record reads of provisions plus
-// binds on one engine. Waiting requests are woken by writes only (their
+// binds, and of their unbinds and deprovisions, on one engine. Waiting requests are woken by writes only (their
 // poll of the store, for other processes' writes, is set past the test),
 // so that the count does not depend on how fast the backend answers.
 func TestProvisionBindReads(t *testing.T) {
@@ -46,6 +53,12 @@ func TestProvisionBindReads(t *testing.T) {
 				}
 				if n := reads.Load(); n > maxProvisionBindReads {
 					t.Errorf("provision + bind %d made %d record reads, want at most %d", i, n, maxProvisionBindReads)
+				}
+				reads.Store(0)
+				h.want(h.do("DELETE", del(bind, planStd, false), nil), http.StatusOK, "unbind")
+				h.want(h.do("DELETE", del(id, planStd, false), nil), http.StatusOK, "deprovision")
+				if n := reads.Load(); n > maxUnbindDeprovisionReads {
+					t.Errorf("unbind + deprovision %d made %d record reads, want at most %d", i, n, maxUnbindDeprovisionReads)
 				}
 			}
 		})
