@@ -229,6 +229,7 @@ func TestReplicasAnswerAroundHandOvers(t *testing.T) {
 	g.waitEntered(t)
 	dup := make(chan reply, 1)
 	go func() { dup <- a.doQuiet("PUT", bind, bindBody(planStd, nil)) }()
+	waitFor(t, "the duplicate on a to wait", func() bool { return engine.Waiting(a.eng) == 1 })
 	g.release()
 	if s := b.waitOp(bind, op); s != "succeeded" {
 		t.Fatalf("bind on b ended %q", s)
