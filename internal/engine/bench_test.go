@@ -259,7 +259,7 @@ func benchProvisionBind(b *testing.B, latency time.Duration) {
 			}
 			b.Run(name, func(b *testing.B) {
 				m := &callMeter{}
-				h := newHarness(b, harnessOpts{postgres: store == "postgres", backendLatency: latency, syncBudget: 5 * time.Second, calls: &m.calls, writes: &m.writes})
+				h := newHarness(b, harnessOpts{postgres: store == "postgres", backendLatency: latency, syncBudget: 5 * time.Second, calls: &m.calls, writes: &m.writes, reads: &m.reads})
 				defer m.report(b)
 				q := func(p string) string { return p }
 				if mode != "sync" {
@@ -294,29 +294,31 @@ func benchProvisionBind(b *testing.B, latency time.Duration) {
 // and round-trips/op, the calls on the critical path (calls in flight at
 // once count once), which is what a backend a round trip away makes an
 // operation wait for. With writes counted (harnessOpts.writes), it
-// reports record-writes/op too: each a synchronous commit. It also
+// reports record-writes/op too: each a synchronous commit; with reads
+// (harnessOpts.reads), record-reads/op: the store's Get calls. It also
 // reports the process's CPU time per operation (cpu-ns/op, see
 // reportCPU), over the timed operations only: client, broker and backend
 // share the process, so the broker's own CPU is its figure less the
 // direct calls'.
 type callMeter struct {
-	calls                testharness.Calls
-	writes               atomic.Int64
-	requests, roundTrips int
-	recordWrites         int64
-	ops                  int
-	cpu0, cpu            time.Duration
+	calls                     testharness.Calls
+	writes, reads             atomic.Int64
+	requests, roundTrips      int
+	recordWrites, recordReads int64
+	ops                       int
+	cpu0, cpu                 time.Duration
 }
 
-// skip forgets the calls and writes made since the last look: set-up or
+// skip forgets the calls, writes and reads made since the last look: set-up or
 // clean-up.
 func (m *callMeter) skip() {
 	m.calls.Take()
 	m.writes.Store(0)
+	m.reads.Store(0)
 	m.cpu0 = processCPU()
 }
 
-// op counts the calls and writes made since the last look as one
+// op counts the calls, writes and reads made since the last look as one
 // operation's.
 func (m *callMeter) op() {
 	m.cpu += processCPU() - m.cpu0
@@ -324,6 +326,7 @@ func (m *callMeter) op() {
 	m.requests += n
 	m.roundTrips += rt
 	m.recordWrites += m.writes.Swap(0)
+	m.recordReads += m.reads.Swap(0)
 	m.ops++
 }
 
@@ -334,6 +337,9 @@ func (m *callMeter) report(b *testing.B) {
 		b.ReportMetric(float64(m.cpu)/float64(m.ops), "cpu-ns/op")
 		if m.recordWrites > 0 {
 			b.ReportMetric(float64(m.recordWrites)/float64(m.ops), "record-writes/op")
+		}
+		if m.recordReads > 0 {
+			b.ReportMetric(float64(m.recordReads)/float64(m.ops), "record-reads/op")
 		}
 	}
 }

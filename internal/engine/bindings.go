@@ -385,7 +385,7 @@ func (e *Engine) Unbind(ctx context.Context, req UnbindRequest) (Result, error) 
 		}
 		crashpoint.Hit(crashpoint.UnbindRecordWritten)
 		e.log.Info("Unbinding", "id", rec.ID, "instance", rec.InstanceID, "operation", rec.Op.ID)
-		e.interrupt(KindBinding, rec.ID)
+		e.supersede(KindBinding, rec.ID)
 		return e.started(ctx, rec, OutcomeOK, e.answering(req.AcceptsIncomplete, nil))
 	}
 	return Result{}, fmt.Errorf("%w: binding %s keeps changing", ErrConcurrency, req.BindingID)

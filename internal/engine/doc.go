@@ -49,7 +49,12 @@
 //     202. A crash inside the budget leaves an asynchronous operation.
 //   - Answers come from the record: the status of a duplicate is derived from
 //     the stored phase, operation and fingerprint, and a repeated bind
-//     returns the stored (sealed) credentials, never a second key.
+//     returns the stored (sealed) credentials, never a second key. A
+//     request waiting for its operation is handed the record as this
+//     process's write of it stored it, when that is newer than what the
+//     request has seen (else it reads), and a worker whose own write ended
+//     the operation stops without reading it back; writes by other
+//     processes are seen by reading the store (engine.go: wait, drive).
 //
 // Secret access keys are sealed with a secretbox before they are stored. Keys
 // created by the backend but lost by a crash before they were recorded are

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -119,6 +120,10 @@ type Engine struct {
 	// upstream of each of their service ids.
 	upstreams map[string]Upstream
 	byService map[string]string
+	// poll is how long a waiting request first waits for a write by this
+	// process before it reads the store (a time.Duration; doubled up to a
+	// second after each look). Tests that count reads lengthen it.
+	poll atomic.Int64
 }
 
 // worker is the one goroutine driving a record's operations in this process.
@@ -199,7 +204,7 @@ func New(opts Options) (*Engine, error) {
 	sl.metrics = m
 	base, stop := context.WithCancel(context.Background())
 	calls, cancelCalls := context.WithCancel(context.Background())
-	return &Engine{
+	e := &Engine{
 		store: opts.Store, driver: opts.Driver, catalog: opts.Catalog, box: opts.Box,
 		endpoint: opts.Endpoint, prefix: opts.Prefix, asyncTTL: opts.AsyncTimeout,
 		syncTTL: opts.SyncTimeout, syncBudget: opts.SyncBudget, log: opts.Logger, metrics: m,
@@ -207,7 +212,9 @@ func New(opts Options) (*Engine, error) {
 		base: base, stop: stop, calls: calls, cancelCalls: cancelCalls, workers: map[string]*worker{}, changed: map[string]*waiters{},
 		creating:  map[string]chan struct{}{},
 		upstreams: upstreams, byService: byService,
-	}, nil
+	}
+	e.poll.Store(int64(20 * time.Millisecond))
+	return e, nil
 }
 
 // Start resumes every operation that was unfinished when the previous
@@ -307,6 +314,16 @@ func (e *Engine) start(kind Kind, id string, first *Record) {
 // it stops at its next step boundary (a backend call in flight finishes
 // first, so that nothing it does lands after the new operation's steps).
 func (e *Engine) interrupt(kind Kind, id string) {
+	e.supersede(kind, id)
+	e.kick(kind, id)
+}
+
+// supersede is interrupt without the kick, for a request that kicks the
+// worker itself with the record it wrote (started): with no worker running,
+// the kick starts one with that record, which then needs no read (a kick
+// here first started one that read the record, and the request's kick
+// made it pass again and read it once more after its operation ended).
+func (e *Engine) supersede(kind Kind, id string) {
 	e.mu.Lock()
 	if w, ok := e.workers[key(kind, id)]; ok {
 		w.again = true
@@ -321,7 +338,6 @@ func (e *Engine) interrupt(kind Kind, id string) {
 		}
 	}
 	e.mu.Unlock()
-	e.kick(kind, id)
 }
 
 // haltKey carries a worker's halt channel in its context.
@@ -420,15 +436,27 @@ func (e *Engine) drive(ctx context.Context, kind Kind, id string, first *Record)
 		lctx, release := e.hold(ctx, rec)
 		err = e.run(lctx, rec)
 		lost := errors.Is(context.Cause(lctx), errLeaseLost)
+		ended := holderOf(lctx, rec).ended()
 		release()
 		if lost {
 			// Another replica drives it now, or will once the lease
 			// runs out (the sweep brings it back here if none does).
 			return
 		}
+		if ended {
+			// This worker's own write ended the operation: the record
+			// needs no read to show it. A read could only find a later
+			// write, and none of those is this worker's to drive:
+			// ending the operation released the lease, so a write that
+			// starts another one since holds its writer's lease. A
+			// request of this process kicks this worker (the next pass
+			// reads), another replica drives its own, and one that
+			// dies leaves it to the sweep once its lease runs out.
+			return
+		}
 		switch {
 		case err == nil, errors.Is(err, ErrStale):
-			// Finished, or superseded: read the record again.
+			// Superseded, or left unfinished: read the record again.
 		case e.halted(ctx):
 			return
 		default:
@@ -561,34 +589,58 @@ func (e *Engine) save(ctx context.Context, rec *Record) error {
 	if err != nil {
 		return err
 	}
-	e.notify(rec.Kind, rec.ID)
+	e.notify(rec)
 	return nil
 }
 
-func (e *Engine) notify(kind Kind, id string) {
-	k := key(kind, id)
+// notify wakes the waits on rec, which this process has just written, and
+// hands them the record as written (see watch).
+func (e *Engine) notify(rec *Record) {
+	k := key(rec.Kind, rec.ID)
 	e.mu.Lock()
-	if w, ok := e.changed[k]; ok {
-		close(w.ch)
-		delete(e.changed, k)
+	defer e.mu.Unlock()
+	w, ok := e.changed[k]
+	if !ok {
+		return
 	}
-	e.mu.Unlock()
+	// Two writes of this process may notify out of their commit order
+	// (two goroutines, each between its commit and this lock): the
+	// newer version stays.
+	if w.last == nil || rec.Version > w.last.Version {
+		w.last = rec.Clone()
+	}
+	close(w.ch)
+	w.ch = make(chan struct{})
 }
 
-// waiters is the channel notify closes at a record's next write, and how
-// many waits hold it.
+// waiters is what the waits on one record in this process share: the
+// channel the record's next write here closes (then replaced), the record
+// as the newest write here since the first of them began left it, and how
+// many waits hold them.
 type waiters struct {
 	ch chan struct{}
-	n  int
+	// last is never changed once set, only replaced: waits read it as
+	// it is.
+	last *Record
+	n    int
 }
 
-// changedCh returns a channel closed at the record's next write in this
-// process, and the release its caller must call once it stops waiting: the
-// last release of a channel nobody closed drops it, so that the map holds
-// only records that something waits on (a request whose operation finished
-// before it looked used to leave its channel behind for good, one per
-// resource).
-func (e *Engine) changedCh(kind Kind, id string) (<-chan struct{}, func()) {
+// watch is one wait on a record's writes in this process. The map holds
+// only records that something waits on: the last release of a record's
+// waiters drops them (a request whose operation finished before it
+// looked used to leave its channel behind for good, one per resource).
+type watch struct {
+	e *Engine
+	k string
+	w *waiters
+	// ch is the channel this wait listens on: closed at the record's first
+	// write here since it was taken.
+	ch <-chan struct{}
+}
+
+// watch starts a wait on the record's writes in this process; the caller
+// must release it once it stops waiting.
+func (e *Engine) watch(kind Kind, id string) *watch {
 	k := key(kind, id)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -598,14 +650,40 @@ func (e *Engine) changedCh(kind Kind, id string) (<-chan struct{}, func()) {
 		e.changed[k] = w
 	}
 	w.n++
-	return w.ch, func() {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		w.n--
-		if w.n == 0 && e.changed[k] == w {
-			delete(e.changed, k)
-		}
+	return &watch{e: e, k: k, w: w, ch: w.ch}
+}
+
+func (wt *watch) release() {
+	e := wt.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	wt.w.n--
+	if wt.w.n == 0 && e.changed[wt.k] == wt.w {
+		delete(e.changed, wt.k)
 	}
+}
+
+// next waits until the record is written in this process, poll passes or
+// ctx ends (then the error). After a write it returns the record as the
+// newest write of this process left it, a write committed since the
+// channel was taken (or just before, its notify after), so a version the
+// store held at a moment of this wait; after poll, nil: only the store can
+// tell what other processes wrote.
+func (wt *watch) next(ctx context.Context, poll time.Duration) (*Record, error) {
+	t := time.NewTimer(poll)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.C:
+		return nil, nil
+	case <-wt.ch:
+	}
+	e := wt.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	wt.ch = wt.w.ch // taken with last: a write after it closes this one
+	return wt.w.last, nil
 }
 
 // waiting is how many records something in this process waits on.
@@ -616,45 +694,53 @@ func (e *Engine) waiting() int {
 }
 
 // wait blocks until operation opID of the record has finished or has been
-// superseded, and returns the record as it then is. It polls as well as
-// listening, so that it also sees writes by other processes.
-func (e *Engine) wait(ctx context.Context, kind Kind, id, opID string, changed <-chan struct{}) (*Record, error) {
-	poll := 20 * time.Millisecond
-	if changed != nil {
-		select {
-		case <-ctx.Done():
-		case <-changed:
-		case <-time.After(poll):
-		}
+// superseded, and returns the record as it then is (not to be changed: it
+// may be another wait's too). It listens for this process's writes and
+// polls the store, so that it also sees writes by other processes.
+//
+// wt, when not nil, was taken after the caller's own write of the record
+// at version seen and before anything could write it again here (the
+// worker it started): the first look waits for a write. With wt nil the
+// caller's copy may be older than any watch: the first look reads. wait
+// releases wt.
+//
+// A record a write of this process hands over (watch.next) stands for a
+// read: it is what the store held at that version, which a read at that
+// moment of the wait would have returned, and the answer is derived from
+// it as from a read. One that is not newer than what this wait has seen
+// (a notify that came late, after a newer write or read) may be stale: the
+// store is read instead.
+func (e *Engine) wait(ctx context.Context, wt *watch, kind Kind, id, opID string, seen int64) (*Record, error) {
+	read := wt == nil
+	if read {
+		wt = e.watch(kind, id)
 	}
+	defer wt.release()
+	poll := time.Duration(e.poll.Load())
 	for {
-		rec, again, err := e.waitOnce(ctx, kind, id, opID, poll)
-		if !again {
-			return rec, err
+		var rec *Record
+		if !read {
+			handed, err := wt.next(ctx, poll)
+			if err != nil {
+				return nil, fmt.Errorf("%w: operation %s is still in progress after %s", ErrFailed, opID, e.syncTTL)
+			}
+			if handed != nil && handed.Version > seen {
+				rec = handed
+			}
+			poll = min(poll*2, time.Second)
 		}
-		poll = min(poll*2, time.Second)
+		read = false
+		if rec == nil {
+			var err error
+			if rec, err = e.store.Get(ctx, kind, id); err != nil {
+				return nil, e.storeErr(ctx, err)
+			}
+		}
+		if rec.Op.ID != opID || rec.Op.Finished() {
+			return rec, nil
+		}
+		seen = rec.Version
 	}
-}
-
-// waitOnce is one look of wait: the record if its operation opID has
-// ended, or again once it may have (a write, or poll elapsed).
-func (e *Engine) waitOnce(ctx context.Context, kind Kind, id, opID string, poll time.Duration) (_ *Record, again bool, _ error) {
-	ch, release := e.changedCh(kind, id)
-	defer release()
-	rec, err := e.store.Get(ctx, kind, id)
-	if err != nil {
-		return nil, false, e.storeErr(ctx, err)
-	}
-	if rec.Op.ID != opID || rec.Op.Finished() {
-		return rec, false, nil
-	}
-	select {
-	case <-ctx.Done():
-		return nil, false, fmt.Errorf("%w: operation %s is still in progress after %s", ErrFailed, opID, e.syncTTL)
-	case <-ch:
-	case <-time.After(poll):
-	}
-	return nil, true, nil
 }
 
 // storeErr turns a store failure into an answer for the platform: 503,

@@ -265,8 +265,8 @@ type harnessOpts struct {
 	// backendLatency).
 	calls *testharness.Calls
 	// writes, when set, counts the record writes (Insert and Update, each
-	// a commit) the engine makes.
-	writes *atomic.Int64
+	// a commit) the engine makes; reads, the record reads (Get).
+	writes, reads *atomic.Int64
 	// transport, when set, carries every request to the S3 and IAM
 	// endpoints instead (backendLatency and calls are then not used).
 	transport http.RoundTripper
@@ -309,8 +309,8 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.writes != nil {
-		store = countedStore{testStore: store, writes: o.writes}
+	if o.writes != nil || o.reads != nil {
+		store = countedStore{testStore: store, writes: o.writes, reads: o.reads}
 	}
 	s3drv, err := s3iam.New(s3iam.Config{S3Endpoint: gw.S3Endpoint(), IAMEndpoint: gw.IAMEndpoint(), Region: gw.Region(),
 		PathStyle: true, AccessKeyID: rootAK, SecretAccessKey: rootSK, HTTPClient: backendClient(o)})
@@ -597,20 +597,32 @@ type testStore interface {
 	Close() error
 }
 
-// countedStore counts the record writes made through it.
+// countedStore counts the record writes and reads made through it (those
+// whose counter is set).
 type countedStore struct {
 	testStore
-	writes *atomic.Int64
+	writes, reads *atomic.Int64
+}
+
+func count(n *atomic.Int64) {
+	if n != nil {
+		n.Add(1)
+	}
 }
 
 func (s countedStore) Insert(ctx context.Context, r *engine.Record) error {
-	s.writes.Add(1)
+	count(s.writes)
 	return s.testStore.Insert(ctx, r)
 }
 
 func (s countedStore) Update(ctx context.Context, r *engine.Record) error {
-	s.writes.Add(1)
+	count(s.writes)
 	return s.testStore.Update(ctx, r)
+}
+
+func (s countedStore) Get(ctx context.Context, kind engine.Kind, id string) (*engine.Record, error) {
+	count(s.reads)
+	return s.testStore.Get(ctx, kind, id)
 }
 
 // metric returns the value of the engine's counter or gauge name (summed

@@ -249,26 +249,25 @@ func (e *Engine) startedRecord(ctx context.Context, rec *Record, done Outcome, h
 		e.kickWith(rec)
 		return Result{Outcome: OutcomeAccepted, Operation: rec.Op.ID}, nil, nil
 	}
-	changed, release := e.changedCh(rec.Kind, rec.ID) // before the worker can finish
-	defer release()
+	wt := e.watch(rec.Kind, rec.ID) // before the worker can write
 	e.kickWith(rec)
 	if how == answerBudget {
-		return e.awaitBudget(ctx, rec, done, changed)
+		return e.awaitBudget(ctx, rec, done, wt)
 	}
-	return e.awaitOutcome(ctx, rec, done, changed)
+	return e.awaitOutcome(ctx, rec, done, wt)
 }
 
 // awaitBudget waits up to the sync budget for rec's operation. Finished by
 // then, it is answered as awaitOutcome answers; still running, superseded,
 // or not known to have ended (the store did not answer), 202 with the
 // operation, which carries on as any asynchronous one.
-func (e *Engine) awaitBudget(ctx context.Context, rec *Record, done Outcome, changed <-chan struct{}) (Result, *Record, error) {
+func (e *Engine) awaitBudget(ctx context.Context, rec *Record, done Outcome, wt *watch) (Result, *Record, error) {
 	// The budget counts from the operation's start: a look at the backend
 	// before the record was written spent part of it.
 	bctx, cancel := context.WithDeadline(ctx, rec.Op.StartedAt.Add(e.syncBudget))
 	defer cancel()
 	opID := rec.Op.ID
-	end, err := e.wait(bctx, rec.Kind, rec.ID, opID, changed)
+	end, err := e.wait(bctx, wt, rec.Kind, rec.ID, opID, rec.Version)
 	if err != nil || end.Op.ID != opID || !end.Op.Finished() {
 		e.metrics.budget.WithLabelValues(string(rec.Op.Type), "accepted").Inc()
 		return Result{Outcome: OutcomeAccepted, Operation: opID}, nil, nil
@@ -289,13 +288,13 @@ func (e *Engine) inFlight(ctx context.Context, rec *Record, async bool) (Result,
 }
 
 // awaitOutcome waits until rec's operation ends and returns the answer
-// and the record as the operation left it. changed, if not nil, was taken
-// before the worker was started: the first look at the store waits for it.
-func (e *Engine) awaitOutcome(ctx context.Context, rec *Record, done Outcome, changed <-chan struct{}) (Result, *Record, error) {
+// and the record as the operation left it. wt, if not nil, was taken after
+// the caller wrote rec and before the worker was started (see wait).
+func (e *Engine) awaitOutcome(ctx context.Context, rec *Record, done Outcome, wt *watch) (Result, *Record, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.syncTTL+5*time.Second)
 	defer cancel()
 	opID := rec.Op.ID
-	end, err := e.wait(ctx, rec.Kind, rec.ID, opID, changed)
+	end, err := e.wait(ctx, wt, rec.Kind, rec.ID, opID, rec.Version)
 	if err != nil {
 		return Result{}, nil, err
 	}
@@ -527,7 +526,7 @@ func (e *Engine) Deprovision(ctx context.Context, req DeprovisionRequest) (Resul
 		}
 		crashpoint.Hit(crashpoint.DeprovisionRecordWritten)
 		e.log.Info("Deprovisioning instance", "id", rec.ID, "halting_provision", halting, "operation", rec.Op.ID)
-		e.interrupt(KindInstance, rec.ID)
+		e.supersede(KindInstance, rec.ID)
 		return e.started(ctx, rec, OutcomeOK, e.answering(req.AcceptsIncomplete, plan))
 	}
 	return Result{}, fmt.Errorf("%w: instance %s keeps changing", ErrConcurrency, req.InstanceID)

@@ -158,6 +158,17 @@ func (h *holder) renew(ctx context.Context) (time.Time, error) {
 	return r.LeaseUntil, nil
 }
 
+// ended reports whether the worker's own last write ended the operation.
+// The holder's renewals never write a finished operation (renew stops at
+// one) and take none from a read (a finished one read is a lost lease), so
+// a finished operation in last was written by the worker, and nothing
+// through this holder since.
+func (h *holder) ended() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.last.Op.Finished()
+}
+
 // write is save's store write for the record the holder keeps: a record
 // the worker last wrote or read at the base version is written over the
 // holder's lease-only writes since.
