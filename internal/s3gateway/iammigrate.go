@@ -50,14 +50,6 @@ const (
 // that two are held in memory.
 const migrateBatch = 5000
 
-// migrateCacheKiB is the page cache of the migration's connection, in KiB:
-// the users arrive in no order of name, id or key, so that each insert
-// lands at a random place in the four indexes (about 16 MB at 100,000
-// users), which SQLite's default cache (2 MB) would spill to the log and
-// read back over and over. Set back to the default when the migration
-// ends.
-const migrateCacheKiB = 65536
-
 // migrateProgressEvery is how often a long migration says how far it is
 // (a variable: the tests log every step).
 var migrateProgressEvery = 5 * time.Second
@@ -175,14 +167,6 @@ func (s *userStore) moveAll(ctx context.Context, rootUsers []types.User, sources
 	if err != nil {
 		return 0, err
 	}
-	var prev int
-	if err := s.writer.QueryRowContext(ctx, `PRAGMA cache_size`).Scan(&prev); err != nil {
-		return 0, fmt.Errorf("read the users database's cache size: %w", err)
-	}
-	if _, err := s.writer.ExecContext(ctx, fmt.Sprintf(`PRAGMA cache_size = -%d`, migrateCacheKiB)); err != nil {
-		return 0, fmt.Errorf("set the users database's cache size: %w", err)
-	}
-	defer func() { _, _ = s.writer.ExecContext(ctx, fmt.Sprintf(`PRAGMA cache_size = %d`, prev)) }()
 	batches := make(chan olderBatch, 1)
 	stop := make(chan struct{})
 	go readOlderBatches(sources, batches, stop)
