@@ -131,14 +131,14 @@ type progress struct {
 	began, last time.Time
 }
 
-// step logs what was done of what (a moved or removed count of the
-// sources) if migrateProgressEvery has passed since the last line.
-func (p *progress) step(what string, done, of int) {
+// step logs how many of the sources were moved, if migrateProgressEvery
+// has passed since the last line.
+func (p *progress) step(done, of int) {
 	if time.Since(p.last) < migrateProgressEvery {
 		return
 	}
 	p.last = time.Now()
-	p.log.Info("Moving the IAM users of the older layout into the users database", what, done, "sources", of, "took", p.took())
+	p.log.Info("Moving the IAM users of the older layout into the users database", "moved", done, "sources", of, "took", p.took())
 }
 
 func (p *progress) took() time.Duration { return time.Since(p.began).Round(time.Millisecond) }
@@ -198,7 +198,7 @@ func (s *userStore) moveAll(ctx context.Context, rootUsers []types.User, sources
 				n += len(users)
 			}
 			done += len(b.paths)
-			p.step("moved", done, len(sources))
+			p.step(done, len(sources))
 		}
 		if killedAt("commit") {
 			return errKilled
@@ -593,43 +593,48 @@ func (s *userStore) stopRemoving() {
 func removeDir(path string, stop <-chan struct{}) (int, error) {
 	n := 0
 	for {
-		f, err := os.Open(path)
+		removed, err := removeEntries(path, stop)
+		n += removed
 		if err != nil {
-			return n, err
-		}
-		for {
-			entries, err := f.ReadDir(256)
-			for _, e := range entries {
-				select {
-				case <-stop:
-					_ = f.Close()
-					return n, errStopped
-				default:
-				}
-				if n == 1 && killedAt("removing") {
-					_ = f.Close()
-					return n, errKilled
-				}
-				if err := os.RemoveAll(filepath.Join(path, e.Name())); err != nil {
-					_ = f.Close()
-					return n, err
-				}
-				n++
-			}
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				_ = f.Close()
-				return n, err
-			}
-		}
-		if err := f.Close(); err != nil {
 			return n, err
 		}
 		// An entry the listing missed while it removed (none on
 		// Linux's file systems) makes it list again.
 		if err := os.Remove(path); !errors.Is(err, syscall.ENOTEMPTY) {
+			return n, err
+		}
+	}
+}
+
+// removeEntries removes the entries one listing of the folder path shows,
+// until stop is closed.
+func removeEntries(path string, stop <-chan struct{}) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	n := 0
+	for {
+		entries, err := f.ReadDir(256)
+		for _, e := range entries {
+			select {
+			case <-stop:
+				return n, errStopped
+			default:
+			}
+			if n == 1 && killedAt("removing") {
+				return n, errKilled
+			}
+			if err := os.RemoveAll(filepath.Join(path, e.Name())); err != nil {
+				return n, err
+			}
+			n++
+		}
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
 			return n, err
 		}
 	}
