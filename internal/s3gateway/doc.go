@@ -28,7 +28,7 @@
 // them a clean stop left) are moved into the database by the first start,
 // crash-safely: the older files are removed only once the database holds
 // their users durably (iammigrate.go, TestMigrateKilled). It logs its
-// progress; the users go in by prepared inserts in one transaction (7-10 s
+// progress; the users go in by prepared inserts in one transaction (4-10 s
 // at 100,000 on 2 shared cores, BenchmarkOpenUserStore), and the
 // users folder is then renamed aside and removed in the background, after
 // the start. Roles, OIDC
