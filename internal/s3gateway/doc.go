@@ -27,7 +27,11 @@
 // user with versitygw's store in it, a file per user and the index of
 // them a clean stop left) are moved into the database by the first start,
 // crash-safely: the older files are removed only once the database holds
-// their users durably (iammigrate.go, TestMigrateKilled). Roles, OIDC
+// their users durably (iammigrate.go, TestMigrateKilled). It logs its
+// progress; the users go in by prepared inserts in one transaction (4-10 s
+// at 100,000 on 2 shared cores, BenchmarkOpenUserStore), and the
+// users folder is then renamed aside and removed in the background, after
+// the start. Roles, OIDC
 // providers and sessions stay in DataDir/iam/iam.json, versitygw's store.
 // BenchmarkProvision measures a driver call as the users grow.
 //

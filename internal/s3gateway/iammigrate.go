@@ -7,14 +7,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/versity/versitygw/iamapi/storage"
 	"github.com/versity/versitygw/iamapi/types"
 )
 
@@ -39,9 +45,14 @@ const (
 	oldIndexFile = "index"
 )
 
-// migrateBatch is how many older users the migration holds in memory at
-// once.
+// migrateBatch is how many older users the migration reads at once: the
+// next batch is read (on every core) while the last one is written, so
+// that two are held in memory.
 const migrateBatch = 5000
+
+// migrateProgressEvery is how often a long migration says how far it is
+// (a variable: the tests log every step).
+var migrateProgressEvery = 5 * time.Second
 
 // killMigration, set by tests, simulates a kill -9 of the migration at a
 // step: when it returns true there, migrateUsers returns errKilled and
@@ -55,6 +66,8 @@ func killedAt(step string) bool { return killMigration != nil && killMigration(s
 
 // migrateUsers moves the users of the older layouts into the database and
 // then removes them from where they were; it returns how many it moved.
+// It logs when it starts, every migrateProgressEvery while it runs and
+// when it ends.
 //
 // The users are inserted in one transaction, or updated where a row of the
 // same user id is there already (a migration killed after its commit and
@@ -65,7 +78,7 @@ func killedAt(step string) bool { return killMigration != nil && killMigration(s
 // file rewritten without them, durably; the users folder and the index
 // removed, the folder fsynced). A kill at any step leaves the older users
 // where they were, and the next start moves them again (TestMigrateKilled).
-func (s *userStore) migrateUsers(ctx context.Context) (int, error) {
+func (s *userStore) migrateUsers(ctx context.Context, log *slog.Logger) (int, error) {
 	folder := filepath.Join(s.dir, usersDir)
 	rootUsers, err := readOldStore(s.dir)
 	if err != nil {
@@ -86,7 +99,10 @@ func (s *userStore) migrateUsers(ctx context.Context) (int, error) {
 			sources = append(sources, filepath.Join(folder, name))
 		}
 	}
-	n, err := s.moveAll(ctx, rootUsers, sources)
+	log.Info("Moving the IAM users of the older layout into the users database: the server serves once they are in",
+		"sources", len(sources), "root_users", len(rootUsers), "database", filepath.Join(s.dir, usersDB))
+	p := &progress{log: log, began: time.Now(), last: time.Now()}
+	n, err := s.moveAll(ctx, rootUsers, sources, p)
 	if err != nil {
 		return 0, err
 	}
@@ -101,35 +117,88 @@ func (s *userStore) migrateUsers(ctx context.Context) (int, error) {
 			return 0, err
 		}
 	}
-	if err := removeOlderUsers(folder, oldIndex); err != nil {
+	if err := retireOlderUsers(s.dir, folder, oldIndex); err != nil {
 		return 0, err
 	}
+	log.Info("Moved the IAM users of the older layout into the users database", "users", n, "took", p.took())
 	return n, nil
 }
 
+// progress logs how far a long migration is, at most every
+// migrateProgressEvery.
+type progress struct {
+	log         *slog.Logger
+	began, last time.Time
+}
+
+// step logs how many of the sources were moved, if migrateProgressEvery
+// has passed since the last line.
+func (p *progress) step(done, of int) {
+	if time.Since(p.last) < migrateProgressEvery {
+		return
+	}
+	p.last = time.Now()
+	p.log.Info("Moving the IAM users of the older layout into the users database", "moved", done, "sources", of, "took", p.took())
+}
+
+func (p *progress) took() time.Duration { return time.Since(p.began).Round(time.Millisecond) }
+
+// olderUser is a user read from an older store, with its data column
+// (encodeUser), encoded where it was read.
+type olderUser struct {
+	types.User
+	data []byte
+}
+
+// olderBatch is the users of a batch of older sources, or the error that
+// reading them met.
+type olderBatch struct {
+	paths []string
+	users [][]olderUser
+	err   error
+}
+
 // moveAll writes root's older users and those of each older user file
-// or folder into the database, in one transaction, reading the files a
-// batch at a time; it returns how many it moved.
-func (s *userStore) moveAll(ctx context.Context, rootUsers []types.User, sources []string) (int, error) {
-	seen := newSeenUsers()
+// or folder into the database, in one transaction; it returns how many
+// it moved. The files are read a batch at a time, on every core, the next
+// batch while the last is written.
+func (s *userStore) moveAll(ctx context.Context, rootUsers []types.User, sources []string, p *progress) (int, error) {
+	root, err := encodeOlder(rootUsers)
+	if err != nil {
+		return 0, err
+	}
+	batches := make(chan olderBatch, 1)
+	stop := make(chan struct{})
+	go readOlderBatches(sources, batches, stop)
+	defer func() {
+		close(stop)
+		for range batches {
+		}
+	}()
 	n := 0
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := s.moveUsers(ctx, tx, seen, filepath.Join(s.dir, storeFile), rootUsers); err != nil {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		m, err := newMigrator(ctx, tx)
+		if err != nil {
 			return err
 		}
-		n += len(rootUsers)
-		for start := 0; start < len(sources); start += migrateBatch {
-			batch := sources[start:min(start+migrateBatch, len(sources))]
-			read, err := readOlderUsers(batch)
-			if err != nil {
-				return err
+		defer m.close()
+		if err := m.move(ctx, filepath.Join(s.dir, storeFile), root); err != nil {
+			return err
+		}
+		n += len(root)
+		done := 0
+		for b := range batches {
+			if b.err != nil {
+				return b.err
 			}
-			for i, users := range read {
-				if err := s.moveUsers(ctx, tx, seen, batch[i], users); err != nil {
+			for i, users := range b.users {
+				if err := m.move(ctx, b.paths[i], users); err != nil {
 					return err
 				}
 				n += len(users)
 			}
+			done += len(b.paths)
+			p.step(done, len(sources))
 		}
 		if killedAt("commit") {
 			return errKilled
@@ -137,6 +206,24 @@ func (s *userStore) moveAll(ctx context.Context, rootUsers []types.User, sources
 		return nil
 	})
 	return n, err
+}
+
+// readOlderBatches reads sources a batch at a time into batches, which it
+// closes after the last one, after an error, or once stop is closed.
+func readOlderBatches(sources []string, batches chan<- olderBatch, stop <-chan struct{}) {
+	defer close(batches)
+	for start := 0; start < len(sources); start += migrateBatch {
+		paths := sources[start:min(start+migrateBatch, len(sources))]
+		users, err := readOlderUsers(paths)
+		select {
+		case batches <- olderBatch{paths: paths, users: users, err: err}:
+		case <-stop:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func dirExists(path string) bool {
@@ -185,49 +272,166 @@ func (s seenUsers) add(from string, u types.User) error {
 	return errors.Join(errs...)
 }
 
-// moveUsers writes the users read from one older store into the database:
-// a new row, or the row of the same user id (moved by a killed migration).
-func (s *userStore) moveUsers(ctx context.Context, tx *sql.Tx, seen seenUsers, from string, users []types.User) error {
+// migrator writes older users into the database in the migration's
+// transaction, its statements prepared once (a statement not prepared is
+// parsed at each call).
+//
+// Into an empty database (the first start) a user is two inserts or more,
+// with no check: seenUsers has checked that no name, id or key comes
+// twice among the older users, and the unique indexes would refuse it
+// anyway. A database that holds users already (a migration killed after
+// its commit, before it removed the older files) needs the checks of a
+// change: the row of the same id is left as it is if it is the same, and
+// rewritten if not; a new row's name and keys must be free.
+type migrator struct {
+	tx    *sql.Tx
+	seen  seenUsers
+	fresh bool // the database held no user when the migration began
+	// addUser and addKey insert; byID, nameTaken and keyTaken are the
+	// checks of a database that is not fresh.
+	addUser, addKey, byID, nameTaken, keyTaken *sql.Stmt
+}
+
+func newMigrator(ctx context.Context, tx *sql.Tx) (*migrator, error) {
+	m := &migrator{tx: tx, seen: newSeenUsers()}
+	var has int
+	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM users)`).Scan(&has); err != nil {
+		return nil, fmt.Errorf("read the users database: %w", err)
+	}
+	m.fresh = has == 0
+	stmts := []struct {
+		to  **sql.Stmt
+		sql string
+	}{
+		{&m.addUser, `INSERT INTO users (id, name, folded, path, data) VALUES (?, ?, ?, ?, ?)`},
+		{&m.addKey, `INSERT INTO access_keys (id, user) VALUES (?, ?)`},
+		{&m.byID, `SELECT rid, id, name, path, data FROM users WHERE id = ?`},
+		{&m.nameTaken, `SELECT EXISTS (SELECT 1 FROM users WHERE folded = ?)`},
+		{&m.keyTaken, `SELECT EXISTS (SELECT 1 FROM access_keys WHERE id = ?)`},
+	}
+	for _, st := range stmts {
+		var err error
+		if *st.to, err = tx.PrepareContext(ctx, st.sql); err != nil {
+			m.close()
+			return nil, fmt.Errorf("prepare the migration's statements: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *migrator) close() {
+	for _, st := range []*sql.Stmt{m.addUser, m.addKey, m.byID, m.nameTaken, m.keyTaken} {
+		if st != nil {
+			_ = st.Close()
+		}
+	}
+}
+
+// move writes the users read from one older store into the database.
+func (m *migrator) move(ctx context.Context, from string, users []olderUser) error {
 	for _, u := range users {
-		if err := seen.add(from, u); err != nil {
+		if err := m.seen.add(from, u.User); err != nil {
 			return err
 		}
-		rid, was, err := readUser(tx.QueryRowContext(ctx, `SELECT rid, id, name, path, data FROM users WHERE id = ?`, u.UserID))
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			err = s.insertChecked(ctx, tx, u)
-		case err == nil:
-			err = storeUser(ctx, tx, rid, keyIDs(was), u)
-		}
-		if err != nil {
+		if err := m.moveOne(ctx, u); err != nil {
 			return fmt.Errorf("move IAM user %q from %s: %w", u.UserName, from, err)
 		}
 	}
 	return nil
 }
 
-// insertChecked inserts u if its name is free.
-func (s *userStore) insertChecked(ctx context.Context, tx *sql.Tx, u types.User) error {
-	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM users WHERE folded = ?`, strings.ToLower(u.UserName)).Scan(&n); err != nil {
+func (m *migrator) moveOne(ctx context.Context, u olderUser) error {
+	if m.fresh {
+		return m.insert(ctx, u)
+	}
+	var (
+		rid            int64
+		id, name, path string
+		data           []byte
+	)
+	err := m.byID.QueryRowContext(ctx, u.UserID).Scan(&rid, &id, &name, &path, &data)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return m.insertChecked(ctx, u)
+	case err != nil:
+		return fmt.Errorf("read IAM user: %w", err)
+	case name == u.UserName && path == u.Path && bytes.Equal(data, u.data):
+		return nil // moved by the killed migration, unchanged since
+	}
+	was, err := decodeUser(id, name, path, data)
+	if err != nil {
 		return err
 	}
-	if n > 0 {
-		return fmt.Errorf("a user named %q is in %s already", u.UserName, usersDB)
-	}
-	return insertUser(ctx, tx, u)
+	return storeUser(ctx, m.tx, rid, keyIDs(was), u.User)
 }
 
-// readOlderUsers reads the users of each older user file or folder, on
-// every core.
-func readOlderUsers(paths []string) ([][]types.User, error) {
-	out := make([][]types.User, len(paths))
-	err := eachFile(len(paths), func(i int) (err error) {
-		if strings.HasSuffix(paths[i], userFileSuffix) {
-			out[i], err = readUserFile(paths[i])
-		} else {
-			out[i], err = readOldStore(paths[i])
+// insertChecked inserts u if its name and its keys are free.
+func (m *migrator) insertChecked(ctx context.Context, u olderUser) error {
+	var taken bool
+	if err := m.nameTaken.QueryRowContext(ctx, strings.ToLower(u.UserName)).Scan(&taken); err != nil {
+		return err
+	}
+	if taken {
+		return fmt.Errorf("a user named %q is in %s already", u.UserName, usersDB)
+	}
+	for _, k := range u.AccessKeys {
+		if err := m.keyTaken.QueryRowContext(ctx, k.AccessKeyId).Scan(&taken); err != nil {
+			return err
 		}
+		if taken {
+			return fmt.Errorf("write access key %s: %w", k.AccessKeyId, storage.ErrAccessKeyIDAlreadyExists)
+		}
+	}
+	return m.insert(ctx, u)
+}
+
+// insert adds u's row and its keys.
+func (m *migrator) insert(ctx context.Context, u olderUser) error {
+	res, err := m.addUser.ExecContext(ctx, u.UserID, u.UserName, strings.ToLower(u.UserName), u.Path, u.data)
+	if err != nil {
+		return fmt.Errorf("create IAM user %q: %w", u.UserName, err)
+	}
+	rid, err := res.LastInsertId()
+	if err != nil {
+		return fmt.Errorf("create IAM user %q: %w", u.UserName, err)
+	}
+	for _, k := range u.AccessKeys {
+		if _, err := m.addKey.ExecContext(ctx, k.AccessKeyId, rid); err != nil {
+			return fmt.Errorf("write access key %s: %w", k.AccessKeyId, err)
+		}
+	}
+	return nil
+}
+
+// encodeOlder pairs each user with its data column.
+func encodeOlder(users []types.User) ([]olderUser, error) {
+	out := make([]olderUser, len(users))
+	for i, u := range users {
+		data, err := encodeUser(u)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = olderUser{User: u, data: data}
+	}
+	return out, nil
+}
+
+// readOlderUsers reads the users of each older user file or folder, and
+// encodes their data columns, on every core.
+func readOlderUsers(paths []string) ([][]olderUser, error) {
+	out := make([][]olderUser, len(paths))
+	err := eachFile(len(paths), func(i int) error {
+		var users []types.User
+		var err error
+		if strings.HasSuffix(paths[i], userFileSuffix) {
+			users, err = readUserFile(paths[i])
+		} else {
+			users, err = readOldStore(paths[i])
+		}
+		if err != nil {
+			return err
+		}
+		out[i], err = encodeOlder(users)
 		return err
 	})
 	return out, err
@@ -235,11 +439,24 @@ func readOlderUsers(paths []string) ([][]types.User, error) {
 
 // eachFile calls f(0..n-1) on as many goroutines as there are cores (the
 // migration's reads, the repair's buckets) and returns the first error.
+// The goroutines take the next i as they finish one: a goroutine per call
+// would grow its stack anew each time (a JSON decoding's stack: 13% of the
+// migration's reads).
 func eachFile(n int, f func(i int) error) error {
-	var g errgroup.Group
-	g.SetLimit(runtime.GOMAXPROCS(0))
-	for i := range n {
-		g.Go(func() error { return f(i) })
+	var (
+		g    errgroup.Group
+		next atomic.Int64
+	)
+	for range min(n, runtime.GOMAXPROCS(0)) {
+		g.Go(func() error {
+			var first error
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				if err := f(i); err != nil && first == nil {
+					first = err
+				}
+			}
+			return first
+		})
 	}
 	return g.Wait()
 }
@@ -298,18 +515,22 @@ func dropRootUsers(dir string) error {
 	return nil
 }
 
-// removeOlderUsers removes the users folder (its users moved) and the
-// index of an older clean stop, and fsyncs the IAM directory.
-func removeOlderUsers(folder, oldIndex string) error {
-	entries, err := os.ReadDir(folder)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	for i, e := range entries {
-		if i == 1 && killedAt("removing") {
+// retireOlderUsers takes the users folder (its users moved) out of the
+// migration's way, renamed to movedDir in one step, and removes the index
+// of an older clean stop, durably (the IAM directory fsynced). The
+// renamed folder is removed by removeMoved, in the background.
+func retireOlderUsers(dir, folder, oldIndex string) error {
+	moved := filepath.Join(dir, movedDir)
+	if dirExists(folder) {
+		// A folder moved before and not removed yet: removeMoved
+		// reads nothing of it; the newer one takes its place.
+		if err := os.RemoveAll(moved); err != nil {
+			return fmt.Errorf("remove the moved IAM users: %w", err)
+		}
+		if killedAt("rename") {
 			return errKilled
 		}
-		if err := os.RemoveAll(filepath.Join(folder, e.Name())); err != nil {
+		if err := os.Rename(folder, moved); err != nil {
 			return fmt.Errorf("remove the moved IAM users: %w", err)
 		}
 	}
@@ -318,7 +539,105 @@ func removeOlderUsers(folder, oldIndex string) error {
 			return fmt.Errorf("remove the moved IAM users: %w", err)
 		}
 	}
-	return syncDir(filepath.Dir(folder))
+	return syncDir(dir)
+}
+
+// movedDir is the users folder once its users are in the database and
+// durable: renamed so, it is never read again. Removing its 100,000
+// entries takes some 3 s at the first start on a data dir of the
+// file-per-user layout, 20 s of versitygw's folders (2 shared cores): it
+// is removed in the background (removeMoved), and a start whose last
+// server stopped before the removal ended goes on with it.
+const movedDir = usersDir + ".moved"
+
+// errStopped is what removeDir returns when it was told to stop.
+var errStopped = errors.New("stopped")
+
+// removeMoved removes movedDir in the background, if there is one; Close
+// stops it (the next start goes on) and waits for it.
+func (s *userStore) removeMoved(log *slog.Logger) {
+	path := filepath.Join(s.dir, movedDir)
+	if !dirExists(path) {
+		return
+	}
+	s.stopRemoval, s.removalDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(s.removalDone)
+		began := time.Now()
+		n, err := removeDir(path, s.stopRemoval)
+		switch {
+		case errors.Is(err, errStopped):
+			log.Info("Stopped removing the files of the IAM users moved into the users database: the next start goes on",
+				"folder", path, "entries", n)
+		case err != nil:
+			log.Warn("Cannot remove the files of the IAM users moved into the users database: the next start tries again",
+				"folder", path, "entries", n, "error", err)
+		default:
+			log.Info("Removed the files of the IAM users moved into the users database",
+				"folder", path, "entries", n, "took", time.Since(began).Round(time.Millisecond))
+		}
+	}()
+}
+
+// stopRemoving stops removeMoved and waits for it.
+func (s *userStore) stopRemoving() {
+	if s.stopRemoval != nil {
+		close(s.stopRemoval)
+		<-s.removalDone
+		s.stopRemoval = nil
+	}
+}
+
+// removeDir removes the folder path and everything in it, an entry at a
+// time, until stop is closed; it returns how many entries it removed.
+func removeDir(path string, stop <-chan struct{}) (int, error) {
+	n := 0
+	for {
+		removed, err := removeEntries(path, stop)
+		n += removed
+		if err != nil {
+			return n, err
+		}
+		// An entry the listing missed while it removed (none on
+		// Linux's file systems) makes it list again.
+		if err := os.Remove(path); !errors.Is(err, syscall.ENOTEMPTY) {
+			return n, err
+		}
+	}
+}
+
+// removeEntries removes the entries one listing of the folder path shows,
+// until stop is closed.
+func removeEntries(path string, stop <-chan struct{}) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	n := 0
+	for {
+		entries, err := f.ReadDir(256)
+		for _, e := range entries {
+			select {
+			case <-stop:
+				return n, errStopped
+			default:
+			}
+			if n == 1 && killedAt("removing") {
+				return n, errKilled
+			}
+			if err := os.RemoveAll(filepath.Join(path, e.Name())); err != nil {
+				return n, err
+			}
+			n++
+		}
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
 }
 
 // storeFile is the file of versitygw's file store (storage.InternalStore)

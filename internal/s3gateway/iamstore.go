@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/url"
 	"os"
@@ -71,6 +72,9 @@ type userStore struct {
 	writer, readers *sql.DB
 	// migrated counts the users the open moved from an older layout.
 	migrated int
+	// stopRemoval stops the removal of the moved users' files
+	// (removeMoved), closed when it ends.
+	stopRemoval, removalDone chan struct{}
 }
 
 var _ storage.Storer = (*userStore)(nil)
@@ -103,8 +107,9 @@ var userReads atomic.Int64
 
 // newUserStore opens the IAM directory dir: root's file store, and the
 // users database, created if missing, into which the users of an older
-// layout are moved first (migrateUsers).
-func newUserStore(ctx context.Context, dir string) (*userStore, error) {
+// layout are moved first (migrateUsers, which logs its progress to log;
+// nil means slog.Default()).
+func newUserStore(ctx context.Context, dir string, log *slog.Logger) (*userStore, error) {
 	if unwritten, err := unwrittenStore(dir); err != nil {
 		return nil, fmt.Errorf("open IAM store: %w", err)
 	} else if unwritten {
@@ -118,12 +123,16 @@ func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 	if err := s.openDB(ctx); err != nil {
 		return nil, fmt.Errorf("open IAM store %s: %w", filepath.Join(dir, usersDB), err)
 	}
-	n, err := s.migrateUsers(ctx)
+	if log == nil {
+		log = slog.Default()
+	}
+	n, err := s.migrateUsers(ctx, log)
 	if err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("open IAM store: %w", err)
 	}
 	s.migrated = n
+	s.removeMoved(log)
 	// After the migration: it takes the older users out of root's file.
 	root, err := storage.NewInternal(dir)
 	if err != nil {
@@ -213,6 +222,7 @@ func usersDSN(path string, readOnly bool) string {
 // Close closes the users database (its last connection checkpoints the
 // log into the database file). Calls after Close fail.
 func (s *userStore) Close() error {
+	s.stopRemoving()
 	var errs []error
 	if s.readers != nil {
 		errs = append(errs, s.readers.Close())

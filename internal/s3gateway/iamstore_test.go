@@ -26,7 +26,7 @@ import (
 
 func openUserStore(t *testing.T, dir string) *userStore {
 	t.Helper()
-	s, err := newUserStore(context.Background(), dir)
+	s, err := newUserStore(context.Background(), dir, nil)
 	if err != nil {
 		t.Fatalf("newUserStore: %v", err)
 	}
@@ -385,7 +385,7 @@ func TestUserStoreKeepsWrittenStores(t *testing.T) {
 	if err := os.Truncate(file, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newUserStore(ctx, dir); err == nil || !strings.Contains(err.Error(), "empty") {
+	if _, err := newUserStore(ctx, dir, nil); err == nil || !strings.Contains(err.Error(), "empty") {
 		t.Errorf("newUserStore over an emptied user file = %v, want a refusal", err)
 	}
 	if _, err := os.Stat(file); err != nil {
@@ -401,7 +401,7 @@ func TestUserStoreKeepsWrittenStores(t *testing.T) {
 	if err := os.Truncate(filepath.Join(udirs[0], storeFile), 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newUserStore(ctx, dir); err == nil || !strings.Contains(err.Error(), "is empty but was written before") {
+	if _, err := newUserStore(ctx, dir, nil); err == nil || !strings.Contains(err.Error(), "is empty but was written before") {
 		t.Fatalf("newUserStore over an emptied file with a backup = %v, want a refusal", err)
 	}
 	if _, err := os.Stat(filepath.Join(udirs[0], backupFile)); err != nil {

@@ -243,7 +243,10 @@ func checkMigrated(t *testing.T, s *userStore, dir string, want []*types.User) {
 	if got, _ := userNames(t, s, storage.ListUsersInput{}); !slices.Equal(got, names) {
 		t.Errorf("ListUsers after the migration:\n%s", cmp.Diff(names, got))
 	}
-	for _, left := range []string{filepath.Join(dir, usersDir), filepath.Join(dir, oldIndexFile)} {
+	if s.removalDone != nil {
+		<-s.removalDone // the moved users' files, removed in the background
+	}
+	for _, left := range []string{filepath.Join(dir, usersDir), filepath.Join(dir, oldIndexFile), filepath.Join(dir, movedDir)} {
 		if _, err := os.Lstat(left); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s is still there after the migration (%v)", left, err)
 		}
@@ -274,20 +277,33 @@ func TestMigrateOlderLayout(t *testing.T) {
 
 // TestMigrateKilled kills (simulated) the migration at each of its steps:
 // inside its transaction, after the users are durable in the database and
-// before anything older is removed, and part way through the removal
-// (root's file rewritten, one entry of the users folder removed). The next
-// open moves what is left again and loses nothing.
+// before anything older is removed, after root's file is rewritten and
+// before the users folder is renamed out of the way, and part way through
+// the removal of the renamed folder (in the background, after the open).
+// The next open moves what is left again, or goes on with the removal,
+// and loses nothing.
 func TestMigrateKilled(t *testing.T) {
-	for _, step := range []string{"commit", "durable", "removing"} {
+	for _, step := range []string{"commit", "durable", "rename", "removing"} {
 		t.Run(step, func(t *testing.T) {
 			dir := t.TempDir()
 			want := olderLayout(t, dir)
 			killMigration = func(at string) bool { return at == step }
-			_, err := newUserStore(context.Background(), dir)
-			killMigration = nil
-			if !errors.Is(err, errKilled) {
+			s, err := newUserStore(context.Background(), dir, nil)
+			if step == "removing" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				<-s.removalDone
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if left, err := os.ReadDir(filepath.Join(dir, movedDir)); len(left) == 0 {
+					t.Fatalf("the removal killed part way left nothing in %s (%v)", movedDir, err)
+				}
+			} else if !errors.Is(err, errKilled) {
 				t.Fatalf("the open killed at %s: %v", step, err)
 			}
+			killMigration = nil
 			checkMigrated(t, openUserStore(t, dir), dir, want)
 		})
 	}
@@ -308,7 +324,7 @@ const killWriterEnv = "BUCKETBROKER_TEST_IAM_KILL_WRITER"
 func TestUserStoreKillMidWrite(t *testing.T) {
 	ctx := context.Background()
 	if dir := os.Getenv(killWriterEnv); dir != "" {
-		s, err := newUserStore(ctx, dir)
+		s, err := newUserStore(ctx, dir, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -363,7 +379,7 @@ func killWriter(t *testing.T, dir string, n int) []int {
 func checkAfterKill(t *testing.T, dir string, done []int) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := newUserStore(ctx, dir)
+	s, err := newUserStore(ctx, dir, nil)
 	if err != nil {
 		t.Fatalf("open after the kill: %v", err)
 	}

@@ -110,7 +110,7 @@ func BenchmarkOpenUserStore(b *testing.B) {
 	ctx := context.Background()
 	// The first open migrates the older layout (timed apart).
 	t0 := time.Now()
-	s, err := newUserStore(ctx, dir)
+	s, err := newUserStore(ctx, dir, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func BenchmarkOpenUserStore(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		s, err := newUserStore(ctx, dir)
+		s, err := newUserStore(ctx, dir, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -139,7 +139,7 @@ func BenchmarkOpenUserStore(b *testing.B) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	s, err = newUserStore(ctx, dir)
+	s, err = newUserStore(ctx, dir, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -207,17 +207,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	})
 	// The IAM users are opened before the listeners' start-up timeout
 	// runs: the first start on a data dir of the older layout migrates
-	// every user into its database (61-163 s at 100,000 on 2 shared cores).
-	t0 := time.Now()
-	store, err := newUserStore(ctx, iamDir)
+	// every user into its database, logging its progress (iammigrate.go).
+	store, err := newUserStore(ctx, iamDir, log)
 	if err != nil {
 		_ = waitRepair()
 		_ = lock.Close()
 		running.Store(false)
 		return nil, fmt.Errorf("start embedded IAM API: %w", err)
-	}
-	if store.migrated > 0 {
-		log.Info("Moved the IAM users of the older layout into the users database", "users", store.migrated, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()

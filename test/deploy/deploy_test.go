@@ -294,3 +294,32 @@ func TestChartLints(t *testing.T) {
 		}
 	}
 }
+
+// TestBrokerStartupProbe: the broker's container has a startup probe on
+// /healthz that gives a start 10 minutes by default (the first start
+// after an upgrade migrates the IAM users; killed by the liveness probe
+// mid-way, it would start over at every restart), set from values.yaml.
+func TestBrokerStartupProbe(t *testing.T) {
+	needCluster(t)
+	for _, tc := range []struct {
+		set              []string
+		period, failures int32
+	}{
+		{nil, 10, 60},
+		{[]string{"broker.startupProbe.periodSeconds=5", "broker.startupProbe.failureThreshold=720"}, 5, 720},
+	} {
+		set := append([]string{"controller.enabled=false", "broker.enabled=true"}, tc.set...)
+		d := deployment(t, render(t, "bb", "bb", set...), "bb-broker")
+		c := d.Spec.Template.Spec.Containers[0]
+		p := c.StartupProbe
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "osb" {
+			t.Fatalf("--set %v: the broker's startup probe: %+v; want an HTTP GET of /healthz on port osb", tc.set, p)
+		}
+		if p.PeriodSeconds != tc.period || p.FailureThreshold != tc.failures {
+			t.Errorf("--set %v: startup probe every %d s, %d failures; want %d and %d", tc.set, p.PeriodSeconds, p.FailureThreshold, tc.period, tc.failures)
+		}
+		if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+			t.Errorf("--set %v: the liveness probe: %+v; want /healthz", tc.set, c.LivenessProbe)
+		}
+	}
+}
