@@ -93,12 +93,7 @@ func (s *userStore) migrateUsers(ctx context.Context, log *slog.Logger) (int, er
 	if len(rootUsers) == 0 && entries == nil && errors.Is(indexErr, fs.ErrNotExist) && !dirExists(folder) {
 		return 0, nil
 	}
-	var sources []string // a user file or folder each
-	for _, e := range entries {
-		if name := e.Name(); e.IsDir() || strings.HasSuffix(name, userFileSuffix) {
-			sources = append(sources, filepath.Join(folder, name))
-		}
-	}
+	sources := userSources(folder, entries)
 	log.Info("Moving the IAM users of the older layout into the users database: the server serves once they are in",
 		"sources", len(sources), "root_users", len(rootUsers), "database", filepath.Join(s.dir, usersDB))
 	p := &progress{log: log, began: time.Now(), last: time.Now()}
@@ -122,6 +117,31 @@ func (s *userStore) migrateUsers(ctx context.Context, log *slog.Logger) (int, er
 	}
 	log.Info("Moved the IAM users of the older layout into the users database", "users", n, "took", p.took())
 	return n, nil
+}
+
+// userSources returns the user files and folders among the users
+// folder's entries, each user once. The layout before the database had a
+// file per user and migrated a folder per user into it: it wrote the
+// user's file (whole, renamed into place) and then removed the folder, so
+// a kill in between left both, the same user twice. The file is then the
+// complete copy and the folder is left out (it is removed with the rest).
+func userSources(folder string, entries []os.DirEntry) []string {
+	files := make(map[string]bool)
+	for _, e := range entries {
+		if name := e.Name(); !e.IsDir() && strings.HasSuffix(name, userFileSuffix) {
+			files[strings.TrimSuffix(name, userFileSuffix)] = true
+		}
+	}
+	var sources []string // a user file or folder each
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case e.IsDir() && files[name]:
+		case e.IsDir(), strings.HasSuffix(name, userFileSuffix):
+			sources = append(sources, filepath.Join(folder, name))
+		}
+	}
+	return sources
 }
 
 // progress logs how far a long migration is, at most every

@@ -275,6 +275,25 @@ func TestMigrateOlderLayout(t *testing.T) {
 	checkMigrated(t, r, dir, want)
 }
 
+// TestMigrateFolderAndFileOfOneUser: the layout before the database
+// migrated a user's folder into a file of its own, writing the file and
+// then removing the folder; a kill in between left both. They are one
+// user: the start moves it once and removes both.
+func TestMigrateFolderAndFileOfOneUser(t *testing.T) {
+	dir := t.TempDir()
+	want := olderLayout(t, dir)
+	folder := filepath.Join(dir, usersDir, "u"+hex.EncodeToString(fmt.Appendf(nil, "AIDA%016X", 0)))
+	writeUserFile(t, dir, *want[0])
+	if _, err := os.Stat(folder + userFileSuffix); err != nil {
+		t.Fatalf("the user's file was not written where its folder's migration would: %v", err)
+	}
+	s := openUserStore(t, dir)
+	if s.migrated != len(want) {
+		t.Errorf("the open says it moved %d users, want %d", s.migrated, len(want))
+	}
+	checkMigrated(t, s, dir, want)
+}
+
 // TestMigrateKilled kills (simulated) the migration at each of its steps:
 // inside its transaction, after the users are durable in the database and
 // before anything older is removed, after root's file is rewritten and
