@@ -295,25 +295,33 @@ func TestChartLints(t *testing.T) {
 	}
 }
 
-// TestBrokerStartupProbe: the broker's container has a startup probe on
-// /healthz that gives a start 10 minutes by default (the first start
-// after an upgrade migrates the IAM users; killed by the liveness probe
-// mid-way, it would start over at every restart), set from values.yaml.
+// TestBrokerStartupProbe: the broker's and the controller's containers
+// have a startup probe on /healthz that gives a start 10 minutes by
+// default (the first start after an upgrade migrates the embedded
+// server's IAM users; killed by the liveness probe mid-way, it would start
+// over at every restart), set from values.yaml.
 func TestBrokerStartupProbe(t *testing.T) {
 	needCluster(t)
 	for _, tc := range []struct {
+		component, port  string
 		set              []string
 		period, failures int32
 	}{
-		{nil, 10, 60},
-		{[]string{"broker.startupProbe.periodSeconds=5", "broker.startupProbe.failureThreshold=720"}, 5, 720},
+		{"broker", "osb", nil, 10, 60},
+		{"broker", "osb", []string{"broker.startupProbe.periodSeconds=5", "broker.startupProbe.failureThreshold=720"}, 5, 720},
+		{"controller", "probes", nil, 10, 60},
+		{"controller", "probes", []string{"controller.startupProbe.periodSeconds=5", "controller.startupProbe.failureThreshold=720"}, 5, 720},
 	} {
-		set := append([]string{"controller.enabled=false", "broker.enabled=true"}, tc.set...)
-		d := deployment(t, render(t, "bb", "bb", set...), "bb-broker")
+		set := []string{"controller.enabled=false", "broker.enabled=true"}
+		if tc.component == "controller" {
+			set = []string{"controller.enabled=true", "broker.enabled=false"}
+		}
+		set = append(set, tc.set...)
+		d := deployment(t, render(t, "bb", "bb", set...), "bb-"+tc.component)
 		c := d.Spec.Template.Spec.Containers[0]
 		p := c.StartupProbe
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "osb" {
-			t.Fatalf("--set %v: the broker's startup probe: %+v; want an HTTP GET of /healthz on port osb", tc.set, p)
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != tc.port {
+			t.Fatalf("--set %v: the %s's startup probe: %+v; want an HTTP GET of /healthz on port %s", tc.set, tc.component, p, tc.port)
 		}
 		if p.PeriodSeconds != tc.period || p.FailureThreshold != tc.failures {
 			t.Errorf("--set %v: startup probe every %d s, %d failures; want %d and %d", tc.set, p.PeriodSeconds, p.FailureThreshold, tc.period, tc.failures)
