@@ -48,20 +48,30 @@ func (s *userStore) ListUserTags(ctx context.Context, input storage.ListUserTags
 	// paginateTags does.
 	tags := slices.Clone(u.Tags)
 	slices.SortFunc(tags, func(a, b types.Tag) int { return strings.Compare(a.Key, b.Key) })
-	if input.Marker != "" {
-		start := len(tags)
-		if i := slices.IndexFunc(tags, func(t types.Tag) bool { return strings.EqualFold(t.Key, input.Marker) }); i >= 0 {
+	tags, next, more := pageAfter(tags, input.Marker, input.MaxItems, func(t types.Tag) string { return t.Key }, strings.EqualFold)
+	return &storage.ListTagsOutput{Tags: tags, IsTruncated: more, Marker: next}, nil
+}
+
+// pageAfter returns the page of items (sorted by key) that follows the
+// item whose key matches marker (none: from the start; an unknown marker:
+// an empty page, as versitygw's paginations do), cut to maxItems, and the
+// marker of the next page, if there is one (more).
+func pageAfter[T any](items []T, marker string, maxItems int32, key func(T) string, match func(a, b string) bool) (_ []T, next string, more bool) {
+	if marker != "" {
+		start := len(items)
+		if i := slices.IndexFunc(items, func(t T) bool { return match(key(t), marker) }); i >= 0 {
 			start = i + 1
 		}
-		tags = tags[start:]
+		items = items[start:]
 	}
-	tags, more := window(tags, input.MaxItems)
-	out := &storage.ListTagsOutput{Tags: tags}
-	if more {
-		out.IsTruncated, out.Marker = true, tags[len(tags)-1].Key
+	items, more = window(items, maxItems)
+	if !more {
+		return items, "", false
 	}
-	return out, nil
+	return items, key(items[len(items)-1]), true
 }
+
+func same(a, b string) bool { return a == b }
 
 // window cuts items to maxItems (none: all) and says whether it did.
 func window[T any](items []T, maxItems int32) ([]T, bool) {
@@ -162,19 +172,8 @@ func (s *userStore) ListAccessKeys(ctx context.Context, input storage.ListAccess
 		keys = append(keys, types.AccessKeyMetadata{UserName: u.UserName, AccessKeyId: k.AccessKeyId, Status: k.Status, CreateDate: k.CreateDate})
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].AccessKeyId < keys[j].AccessKeyId })
-	if input.Marker != "" {
-		start := len(keys)
-		if i := slices.IndexFunc(keys, func(k types.AccessKeyMetadata) bool { return k.AccessKeyId == input.Marker }); i >= 0 {
-			start = i + 1
-		}
-		keys = keys[start:]
-	}
-	keys, more := window(keys, input.MaxItems)
-	out := &storage.ListAccessKeysOutput{AccessKeys: keys}
-	if more {
-		out.IsTruncated, out.Marker = true, keys[len(keys)-1].AccessKeyId
-	}
-	return out, nil
+	keys, next, more := pageAfter(keys, input.Marker, input.MaxItems, func(k types.AccessKeyMetadata) string { return k.AccessKeyId }, same)
+	return &storage.ListAccessKeysOutput{AccessKeys: keys, IsTruncated: more, Marker: next}, nil
 }
 
 // RecordAccessKeyUsage writes only when versitygw's store would: a use
@@ -274,17 +273,6 @@ func (s *userStore) ListUserPolicies(ctx context.Context, input storage.ListUser
 		names = append(names, p.PolicyName)
 	}
 	sort.Strings(names)
-	if input.Marker != "" {
-		start := len(names)
-		if i := slices.Index(names, input.Marker); i >= 0 {
-			start = i + 1
-		}
-		names = names[start:]
-	}
-	names, more := window(names, input.MaxItems)
-	out := &storage.ListUserPoliciesOutput{PolicyNames: names}
-	if more {
-		out.IsTruncated, out.Marker = true, names[len(names)-1]
-	}
-	return out, nil
+	names, next, more := pageAfter(names, input.Marker, input.MaxItems, func(n string) string { return n }, same)
+	return &storage.ListUserPoliciesOutput{PolicyNames: names, IsTruncated: more, Marker: next}, nil
 }
