@@ -323,11 +323,11 @@ func newMigrator(ctx context.Context, tx *sql.Tx) (*migrator, error) {
 		to  **sql.Stmt
 		sql string
 	}{
-		{&m.addUser, `INSERT INTO users (id, name, folded, path, data) VALUES (?, ?, ?, ?, ?)`},
-		{&m.addKey, `INSERT INTO access_keys (id, user) VALUES (?, ?)`},
+		{&m.addUser, addUserSQL},
+		{&m.addKey, addKeySQL},
 		{&m.byID, `SELECT rid, id, name, path, data FROM users WHERE id = ?`},
-		{&m.nameTaken, `SELECT EXISTS (SELECT 1 FROM users WHERE folded = ?)`},
-		{&m.keyTaken, `SELECT EXISTS (SELECT 1 FROM access_keys WHERE id = ?)`},
+		{&m.nameTaken, nameTakenSQL},
+		{&m.keyTaken, keyTakenSQL},
 	}
 	for _, st := range stmts {
 		var err error
@@ -407,13 +407,9 @@ func (m *migrator) insertChecked(ctx context.Context, u olderUser) error {
 
 // insert adds u's row and its keys.
 func (m *migrator) insert(ctx context.Context, u olderUser) error {
-	res, err := m.addUser.ExecContext(ctx, u.UserID, u.UserName, strings.ToLower(u.UserName), u.Path, u.data)
+	rid, err := addRow(ctx, m.addUser.ExecContext, u.User, u.data)
 	if err != nil {
-		return fmt.Errorf("create IAM user %q: %w", u.UserName, err)
-	}
-	rid, err := res.LastInsertId()
-	if err != nil {
-		return fmt.Errorf("create IAM user %q: %w", u.UserName, err)
+		return err
 	}
 	for _, k := range u.AccessKeys {
 		if _, err := m.addKey.ExecContext(ctx, k.AccessKeyId, rid); err != nil {

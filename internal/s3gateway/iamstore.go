@@ -403,31 +403,60 @@ func insertKey(ctx context.Context, tx *sql.Tx, rid int64, id string) error {
 	if taken {
 		return storage.ErrAccessKeyIDAlreadyExists
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO access_keys (id, user) VALUES (?, ?)`, id, rid); err != nil {
+	if _, err := tx.ExecContext(ctx, addKeySQL, id, rid); err != nil {
 		return fmt.Errorf("write access key %s: %w", id, err)
 	}
 	return nil
 }
 
 func keyTaken(ctx context.Context, tx *sql.Tx, id string) (bool, error) {
-	var one int
-	err := tx.QueryRowContext(ctx, `SELECT 1 FROM access_keys WHERE id = ?`, id).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
+	var taken bool
+	err := tx.QueryRowContext(ctx, keyTakenSQL, id).Scan(&taken)
+	return taken, err
+}
+
+// The statements that the store's calls and the migration (prepared once
+// there) share.
+const (
+	addUserSQL   = `INSERT INTO users (id, name, folded, path, data) VALUES (?, ?, ?, ?, ?)`
+	addKeySQL    = `INSERT INTO access_keys (id, user) VALUES (?, ?)`
+	nameTakenSQL = `SELECT EXISTS (SELECT 1 FROM users WHERE folded = ?)`
+	keyTakenSQL  = `SELECT EXISTS (SELECT 1 FROM access_keys WHERE id = ?)`
+)
+
+// execFunc runs one statement with its arguments: a prepared statement's
+// ExecContext, or a transaction's with the statement bound (txExec).
+type execFunc func(ctx context.Context, args ...any) (sql.Result, error)
+
+func txExec(tx *sql.Tx, query string) execFunc {
+	return func(ctx context.Context, args ...any) (sql.Result, error) { return tx.ExecContext(ctx, query, args...) }
+}
+
+// addRow inserts u's row, its other fields encoded as data, through
+// addUser (addUserSQL), and returns the row's rid.
+func addRow(ctx context.Context, addUser execFunc, u types.User, data []byte) (int64, error) {
+	res, err := addUser(ctx, u.UserID, u.UserName, strings.ToLower(u.UserName), u.Path, data)
+	if err != nil {
+		return 0, fmt.Errorf("create IAM user %q: %w", u.UserName, err)
 	}
-	return err == nil, err
+	rid, err := res.LastInsertId()
+	if err != nil {
+		return 0, fmt.Errorf("create IAM user %q: %w", u.UserName, err)
+	}
+	return rid, nil
 }
 
 // CreateUser inserts the user: its name (case-insensitively), its id and
 // its keys' ids must be free.
 func (s *userStore) CreateUser(ctx context.Context, user types.User) (*types.User, error) {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM users WHERE folded = ?`, strings.ToLower(user.UserName)).Scan(&n); err != nil {
+		var taken bool
+		if err := tx.QueryRowContext(ctx, nameTakenSQL, strings.ToLower(user.UserName)).Scan(&taken); err != nil {
 			return fmt.Errorf("create IAM user %q: %w", user.UserName, err)
-		} else if n > 0 {
+		} else if taken {
 			return iamerr.EntityAlreadyExistsUser(user.UserName)
 		}
+		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM users WHERE id = ?`, user.UserID).Scan(&n); err != nil {
 			return fmt.Errorf("create IAM user %q: %w", user.UserName, err)
 		} else if n > 0 {
@@ -447,14 +476,9 @@ func insertUser(ctx context.Context, tx *sql.Tx, u types.User) error {
 	if err != nil {
 		return err
 	}
-	res, err := tx.ExecContext(ctx, `INSERT INTO users (id, name, folded, path, data) VALUES (?, ?, ?, ?, ?)`,
-		u.UserID, u.UserName, strings.ToLower(u.UserName), u.Path, data)
+	rid, err := addRow(ctx, txExec(tx, addUserSQL), u, data)
 	if err != nil {
-		return fmt.Errorf("create IAM user %q: %w", u.UserName, err)
-	}
-	rid, err := res.LastInsertId()
-	if err != nil {
-		return fmt.Errorf("create IAM user %q: %w", u.UserName, err)
+		return err
 	}
 	for _, k := range u.AccessKeys {
 		if err := insertKey(ctx, tx, rid, k.AccessKeyId); err != nil {
