@@ -40,7 +40,9 @@ readonly STOP_TIMEOUT="${SWFS_STOP_TIMEOUT:-15}"
 # (32768-60999), so outgoing connections never hold them; when one is taken
 # between the check and the bind, another set is tried, a bounded number of
 # times.
-readonly PORT_MIN=20000 PORT_SPAN=12000 PORT_ATTEMPTS=5
+# The span stays below 24000: test/harness.FreeAddr draws the tests' own
+# ports above it, so a server started here never takes one of theirs.
+readonly PORT_MIN=20000 PORT_SPAN=4000 PORT_ATTEMPTS=5
 
 LOG_NAME=seaweedfs.sh
 # shellcheck source=hack/lib.sh

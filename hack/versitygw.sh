@@ -38,7 +38,9 @@ readonly STOP_TIMEOUT="${VGW_STOP_TIMEOUT:-15}"
 # Free ports are picked at random below the Linux ephemeral range
 # (32768-60999), so outgoing connections never hold them; a port taken
 # between the check and the bind is replaced, a bounded number of times.
-readonly PORT_MIN=20000 PORT_SPAN=12000 PORT_ATTEMPTS=5
+# The span stays below 24000: test/harness.FreeAddr draws the tests' own
+# ports above it, so a server started here never takes one of theirs.
+readonly PORT_MIN=20000 PORT_SPAN=4000 PORT_ATTEMPTS=5
 # sockaddr_un holds 108 bytes with the terminating NUL.
 readonly MAX_SOCKET_PATH=100
 

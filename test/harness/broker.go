@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -48,24 +49,76 @@ func Build(dir string) (string, error) {
 // random below the kernel's ephemeral range (32768-60999 by default), where
 // the source ports of outgoing connections never land: a port the kernel
 // handed out with ":0" may be given to a client connection before the
-// process binds it, and the start then fails with "address already in use"
-// (seen under load, with other tests' processes running at once).
+// process binds it, and the start then fails with "address already in use".
+//
+// A port is handed out once per test binary, and never to two test binaries
+// at a time: each one handed out is reserved in a file named for it under
+// the temporary directory, holding the pid of the binary that took it, and
+// another binary takes it only once that pid is gone. A process the test
+// stopped and restarts later on the same port (a crash cell) keeps it while
+// other tests, in this package or in one `go test ./...` runs beside it,
+// draw theirs. hack/ scripts draw their servers' ports from below
+// portMin, so they never meet these either.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	const lo, hi = 20000, 32768
-	for range 50 {
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+rand.IntN(hi-lo)))
+	for range 500 {
+		port := portMin + rand.IntN(portMax-portMin)
+		ok, err := reservePort(port)
+		if err != nil {
+			t.Fatalf("reserve a test port: %v", err)
+		}
+		if !ok {
+			continue
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		// Reserved but taken by a process that reserves nothing: it stays
+		// reserved (it is this binary's now) and is not used.
 		if l, err := net.Listen("tcp", addr); err == nil {
 			l.Close()
 			return addr
 		}
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	t.Fatalf("no free port between %d and %d after 500 draws", portMin, portMax)
+	return ""
+}
+
+// The range FreeAddr draws from: above the hack/ scripts' servers
+// (20000-23999) and below the kernel's ephemeral range.
+const portMin, portMax = 24000, 32768
+
+// reservePort reserves port for this process, reporting false when another
+// live process, or this one, reserved it already. The directory's lock
+// makes the check of a stale holder and the new reservation one step for
+// every test binary on the machine.
+func reservePort(port int) (bool, error) {
+	dir := filepath.Join(os.TempDir(), "bucketbroker-test-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return false, err
 	}
-	defer l.Close()
-	return l.Addr().String()
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return false, err
+	}
+	defer lock.Close() // releases the lock
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return false, fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	name := filepath.Join(dir, strconv.Itoa(port))
+	if b, err := os.ReadFile(name); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && (pid == os.Getpid() || processAlive(pid)) {
+			return false, nil
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return false, err
+	}
+	return true, os.WriteFile(name, []byte(strconv.Itoa(os.Getpid())), 0o666)
+}
+
+// processAlive reports whether a process with this pid exists (a pid reused
+// by an unrelated process keeps a port reserved: harmless, there are plenty).
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // Broker is one bucketbroker process. Its ports and data dir survive
