@@ -38,6 +38,7 @@ func newAdminCommand() *cobra.Command {
 
 func newMigrateCommand() *cobra.Command {
 	var store, dataDir string
+	var newStore bool
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or upgrade the state store's schema, then exit",
@@ -45,13 +46,30 @@ func newMigrateCommand() *cobra.Command {
 
 serve migrates on start as well, and migrations are safe to run from several
 replicas at once; run this on its own to upgrade the schema before rolling out
-a new version, or to check that the store is reachable.`,
+a new version, or to check that the store is reachable.
+
+A store whose database is empty (or missing) is created only where nothing
+says that records were kept before: the SQLite store's marker beside its file
+(bucketbroker.db.created), or the data dir's state from an earlier start (the
+encryption key, the replica id, the embedded server's data). Otherwise the
+database was lost, and serve, like this command, refuses to start: restore it
+from a backup. --new-store starts over on purpose: it creates a new, empty
+store in the empty database. The buckets and users of the lost records stay in
+the backend (admin audit lists them as leaks). A store that holds records is
+never emptied.`,
 		Example: `  BUCKETBROKER_STORE='postgres://bucketbroker@db.internal/bucketbroker' bucketbroker admin migrate
-  bucketbroker admin migrate --data-dir ./data`,
+  bucketbroker admin migrate --data-dir ./data
+
+  # Start over with an empty store after the database was lost
+  bucketbroker admin migrate --data-dir ./data --new-store`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			storeFromEnv(cmd, &store)
-			s, err := broker.OpenStore(cmd.Context(), store, dataDir)
+			open := broker.OpenStore
+			if newStore {
+				open = broker.StartOverStore
+			}
+			s, err := open(cmd.Context(), store, dataDir)
 			if err != nil {
 				return err
 			}
@@ -64,6 +82,7 @@ a new version, or to check that the store is reachable.`,
 	}
 	bindStoreFlag(cmd.Flags(), &store)
 	bindDataDirFlag(cmd.Flags(), &dataDir)
+	cmd.Flags().BoolVar(&newStore, "new-store", false, "create a new, empty store where the database is empty or missing although records were kept before (starting over on purpose)")
 	return cmd
 }
 

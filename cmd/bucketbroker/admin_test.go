@@ -130,13 +130,23 @@ func TestAdminAudit(t *testing.T) {
 }
 
 func TestAdminAuditRefuses(t *testing.T) {
-	withData := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(withData, "s3"), 0o700); err != nil {
+	// Embedded server data, with a store (withData) or without (lostStore).
+	withData, lostStore := t.TempDir(), t.TempDir()
+	st, err := broker.OpenStore(t.Context(), "", withData)
+	if err != nil {
 		t.Fatal(err)
 	}
-	creds := `{"accessKey":"BBROOTAUDITTEST01","secretKey":"secretsecretsecretsecretsecretsecret"}`
-	if err := os.WriteFile(filepath.Join(withData, "s3-root-credentials.json"), []byte(creds), 0o600); err != nil {
+	if err := st.Close(); err != nil {
 		t.Fatal(err)
+	}
+	for _, dir := range []string{withData, lostStore} {
+		if err := os.MkdirAll(filepath.Join(dir, "s3"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		creds := `{"accessKey":"BBROOTAUDITTEST01","secretKey":"secretsecretsecretsecretsecretsecret"}`
+		if err := os.WriteFile(filepath.Join(dir, "s3-root-credentials.json"), []byte(creds), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -153,6 +163,11 @@ func TestAdminAuditRefuses(t *testing.T) {
 			reason: "a running serve holds the embedded server's ports: point the audit at it instead",
 			args:   []string{"--data-dir", withData, "--s3-listen", taken.Addr().String(), "--iam-listen", "127.0.0.1:0"},
 			want:   "--driver s3iam --s3-endpoint http://" + taken.Addr().String(),
+		},
+		"LostStore": {
+			reason: "embedded data without its store: the store was lost, and an audit against an empty one would take every bucket for a leak",
+			args:   []string{"--data-dir", lostStore, "--s3-listen", "127.0.0.1:0", "--iam-listen", "127.0.0.1:0"},
+			want:   "the store is empty, but records were kept before",
 		},
 		"NoEmbeddedData": {
 			reason: "a data dir without an embedded server must not get a new empty one",

@@ -100,7 +100,10 @@ With no flags it needs nothing else: it starts an embedded S3 server with real
 SigV4 authentication and per-user IAM policies (and its IAM API), keeps state in
 a SQLite file, and prints the broker URL, the broker credentials and the S3
 endpoint. Restarting on the same --data-dir keeps every instance, binding and
-object, and resumes operations that were in flight.
+object, and resumes operations that were in flight. A store found empty or
+missing where the data dir shows an earlier start (a failed restore or copy)
+stops the start: restore it, or start over on purpose with
+bucketbroker admin migrate --new-store.
 
 Credentials come from the environment (never from flags):
   BUCKETBROKER_USERNAME, BUCKETBROKER_PASSWORD

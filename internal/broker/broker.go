@@ -27,6 +27,7 @@ import (
 	"github.com/bucketbroker/bucketbroker/internal/osb"
 	"github.com/bucketbroker/bucketbroker/internal/osbclient"
 	"github.com/bucketbroker/bucketbroker/internal/secretbox"
+	"github.com/bucketbroker/bucketbroker/internal/store"
 	"github.com/bucketbroker/bucketbroker/internal/store/postgres"
 	"github.com/bucketbroker/bucketbroker/internal/store/sqlite"
 	"github.com/bucketbroker/bucketbroker/internal/tlsreload"
@@ -230,11 +231,13 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("catalog: %w", err)
 	}
-	box, err := openSecretBox(cfg)
-	if err != nil {
+	// The store first: the key (like everything else this start writes)
+	// is state that OpenStore takes as a sign of an earlier start.
+	if b.store, err = OpenStore(ctx, cfg.Store, cfg.DataDir); err != nil {
 		return nil, err
 	}
-	if b.store, err = OpenStore(ctx, cfg.Store, cfg.DataDir); err != nil {
+	box, err := openSecretBox(cfg)
+	if err != nil {
 		return nil, err
 	}
 
@@ -416,28 +419,73 @@ func (l httpServerLog) Write(p []byte) (int, error) {
 // Store is a state store the broker closes on shutdown.
 type Store interface {
 	engine.Store
+	// Writable returns nil unless the store's writes fail for want of
+	// space (engine.ErrFull), cheaply enough for every readiness check.
+	Writable(ctx context.Context) error
 	Close() error
 }
 
 // OpenStore opens (and migrates) the store spec names: a PostgreSQL DSN
 // (postgres:// or postgresql://), or a SQLite file path; empty means
 // <dataDir>/bucketbroker.db.
+//
+// A store whose database holds no schema is created only where nothing
+// says that records were kept before: neither the SQLite store's marker
+// nor dataDir's state from an earlier start (earlierState). Otherwise the
+// database was lost or emptied, and a new store would forget every record
+// while the buckets and users they made stay in the backend: OpenStore
+// fails with store.ErrLost and changes nothing. StartOverStore is the
+// explicit act of starting over.
 func OpenStore(ctx context.Context, spec, dataDir string) (Store, error) {
-	if strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://") {
-		s, err := postgres.Open(ctx, spec)
-		if err != nil {
-			return nil, fmt.Errorf("open store: %w", err)
-		}
-		return s, nil
+	return openStore(ctx, spec, dataDir, store.OpenOptions{Earlier: func() error { return earlierState(dataDir) }})
+}
+
+// StartOverStore is OpenStore that creates a new, empty store where the
+// database holds no schema, whatever says that records were kept before
+// (`bucketbroker admin migrate --new-store`). A store that holds a schema
+// is opened as it is: nothing is ever deleted.
+func StartOverStore(ctx context.Context, spec, dataDir string) (Store, error) {
+	return openStore(ctx, spec, dataDir, store.OpenOptions{StartOver: true})
+}
+
+func openStore(ctx context.Context, spec, dataDir string, opts store.OpenOptions) (Store, error) {
+	var s Store
+	var err error
+	switch {
+	case strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://"):
+		s, err = postgres.OpenWith(ctx, spec, opts)
+	case spec == "":
+		s, err = sqlite.OpenWith(ctx, filepath.Join(dataDir, "bucketbroker.db"), opts)
+	default:
+		s, err = sqlite.OpenWith(ctx, spec, opts)
 	}
-	if spec == "" {
-		spec = filepath.Join(dataDir, "bucketbroker.db")
+	if errors.Is(err, store.ErrLost) {
+		return nil, fmt.Errorf("open store: %w: restore the database from a backup; "+
+			"to start over with an empty store on purpose, run `bucketbroker admin migrate --new-store` with serve's --data-dir and --store "+
+			"(the buckets and users of the lost records stay in the backend, and `bucketbroker admin audit` lists them as leaks)", err)
 	}
-	s, err := sqlite.Open(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	return s, nil
+}
+
+// earlierState returns an error naming what in dataDir was written by an
+// earlier start after its store was open, or nil for none: the encryption
+// key, the replica id, the embedded server's data. Start opens the store
+// before it writes any of them, so a start that was cut short leaves none
+// behind a store it did not create.
+func earlierState(dataDir string) error {
+	var found []string
+	for _, name := range []string{"encryption.key", "replica-id", "s3"} {
+		if _, err := os.Lstat(filepath.Join(dataDir, name)); err == nil {
+			found = append(found, name)
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the data dir %s holds %s from an earlier start", dataDir, strings.Join(found, ", "))
 }
 
 // readyTimeout bounds one readiness check: a probe must answer before the
@@ -449,6 +497,10 @@ func (b *Broker) ready() func(context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 		defer cancel()
 		if _, err := b.store.Get(ctx, engine.KindInstance, "readiness-probe"); err != nil && !errors.Is(err, engine.ErrNotFound) {
+			return &osb.CheckError{Check: "store", Err: err}
+		}
+		// A store that answers reads may still refuse every write.
+		if err := b.store.Writable(ctx); err != nil {
 			return &osb.CheckError{Check: "store", Err: err}
 		}
 		if b.backend != nil {

@@ -2,7 +2,9 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/bucketbroker/bucketbroker/internal/backend"
+	"github.com/bucketbroker/bucketbroker/internal/store"
 )
 
 func closedPort(t *testing.T) string {
@@ -141,5 +144,72 @@ func TestBrokerPasswordFile(t *testing.T) {
 	}
 	if data, _ := os.ReadFile(path); string(data) != "\n" {
 		t.Errorf("the empty file was changed to %q", data)
+	}
+}
+
+// TestOpenStoreRefusesLostStore: a store with no schema is created on a
+// first start only; where the data dir holds what an earlier start wrote
+// after opening its store, the database was lost, and OpenStore refuses,
+// creating nothing and saying how to start over, which StartOverStore does.
+func TestOpenStoreRefusesLostStore(t *testing.T) {
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		reason string
+		state  []string // files in the data dir before OpenStore
+		want   string   // in OpenStore's error; "" for none
+	}{
+		"first start":    {reason: "An empty data dir: the store is created.", state: nil},
+		"encryption key": {reason: "The key is written after the store was opened.", state: []string{"encryption.key"}, want: "encryption.key"},
+		"replica id":     {reason: "So is the replica id.", state: []string{"replica-id"}, want: "replica-id"},
+		"embedded data":  {reason: "So is the embedded server's data.", state: []string{"s3/objects"}, want: "s3"},
+		"unrelated":      {reason: "Files bucketbroker does not write after the store say nothing.", state: []string{"notes.txt"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, f := range tc.state {
+				p := filepath.Join(dir, f)
+				if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s, err := OpenStore(ctx, "", dir)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("OpenStore: %v\n%s", err, tc.reason)
+				}
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil {
+				_ = s.Close()
+				t.Fatalf("OpenStore succeeded, want store.ErrLost\n%s", tc.reason)
+			}
+			if !errors.Is(err, store.ErrLost) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "admin migrate --new-store") {
+				t.Errorf("OpenStore = %v, want store.ErrLost naming %q and how to start over\n%s", err, tc.want, tc.reason)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "bucketbroker.db")); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("the refused OpenStore left a database file: %v", err)
+			}
+			s, err = StartOverStore(ctx, "", dir)
+			if err != nil {
+				t.Fatalf("StartOverStore: %v", err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// Started over: the store has its schema now, and opens.
+			s, err = OpenStore(ctx, "", dir)
+			if err != nil {
+				t.Fatalf("OpenStore after starting over: %v", err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -9,7 +9,12 @@
 // endpoint or key is one clear line at start, not an error on the first
 // user request. Shutdown stops taking requests, lets the engine's workers
 // stop (unfinished operations stay recorded and resume on the next start),
-// then stops the embedded server and closes the store.
+// then stops the embedded server and closes the store. The store opens
+// first, before anything is written into the data dir: what an earlier
+// start wrote there (the encryption key, the replica id, the embedded
+// server's data) tells OpenStore that an empty store was lost, not new.
+// Readiness reads the store and asks whether its writes fail for want of
+// space (Store.Writable).
 //
 // Secrets the caller does not give are generated once and kept in the data
 // dir (0600): the OSB API password (broker-password) and, through package

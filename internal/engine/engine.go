@@ -745,9 +745,15 @@ func (e *Engine) wait(ctx context.Context, wt *watch, kind Kind, id, opID string
 
 // storeErr turns a store failure into an answer for the platform: 503,
 // unless the request itself has ended (then the caller is gone anyway).
+// A store that answers but cannot write is not one that cannot be
+// reached: the answer names the cause an operator has to fix.
 func (e *Engine) storeErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return err
+	}
+	if errors.Is(err, ErrFull) {
+		e.log.Error("Store cannot write", "error", err)
+		return fmt.Errorf("%w: the broker's store cannot write: %w", ErrUnavailable, ErrFull)
 	}
 	e.log.Error("Store unavailable", "error", err)
 	return fmt.Errorf("%w: the broker's store cannot be reached", ErrUnavailable)

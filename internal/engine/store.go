@@ -15,6 +15,10 @@ var (
 	// ErrStale is returned by Update when the stored version is not the one
 	// the caller read: someone else wrote in between.
 	ErrStale = errors.New("record changed since it was read")
+	// ErrFull is returned (wrapped) by Insert and Update when the write
+	// failed for want of space (a full disk, or the database's own size
+	// limit): it succeeds only once space is freed.
+	ErrFull = errors.New("database or disk is full")
 )
 
 // ListOptions selects records for List. Zero fields select everything.

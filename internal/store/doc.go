@@ -14,4 +14,11 @@
 // version's) must not stop anything: the stores' List skips it and notes
 // it in their Unreadables, and FindUnreadable and Repair, on a RawStore,
 // are what `bucketbroker admin records` lists and repairs them with.
+//
+// Both stores create a schema only in a database that nothing says held
+// records before (CheckNew, through Migrate: the SQLite store's marker, the
+// caller's OpenOptions.Earlier), else Open fails with ErrLost; and both
+// mark a write that found no room with Full (engine.ErrFull) and remember
+// it in Writes, which their Writable reports to readiness until a write,
+// theirs or a probe's, succeeds.
 package store

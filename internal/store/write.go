@@ -52,11 +52,17 @@ func ForUpdate(r *engine.Record) (*engine.Record, []byte, error) {
 // version's statements; apply runs them and records the version, inside
 // the caller's transaction. A schema newer than the binary is refused
 // before anything runs: a downgrade would write records the newer schema
-// does not expect.
-func Migrate(current int, migrations []string, apply func(version int, statements string) error) error {
+// does not expect. So is creating a schema (current 0) when isNew (see
+// CheckNew) returns an error.
+func Migrate(current int, migrations []string, isNew func() error, apply func(version int, statements string) error) error {
 	if current > len(migrations) {
 		return fmt.Errorf("database schema version %d is newer than the newest this binary knows (%d): run a newer bucketbroker, or restore a backup taken before the upgrade",
 			current, len(migrations))
+	}
+	if current == 0 && isNew != nil {
+		if err := isNew(); err != nil {
+			return err
+		}
 	}
 	for v := current + 1; v <= len(migrations); v++ {
 		if err := apply(v, migrations[v-1]); err != nil {

@@ -69,4 +69,11 @@
 // committed. The engine copes, as it does with any retry: a repeated Insert
 // gets ErrExists and answers from the stored record, a repeated Update gets
 // ErrStale and reads again.
+//
+// A write the server refuses for want of space (SQLSTATE disk_full) fails
+// with engine.ErrFull, and Writable reports it until a write succeeds; its
+// probe rewrites a schema_migrations row as it is (a new row version). A
+// database with no schema gets one only as OpenWith's store.OpenOptions
+// allow: the store keeps no evidence of its own that records were kept, so
+// the caller's (the broker's data dir) is all there is.
 package postgres

@@ -61,8 +61,9 @@ var migrations = []string{
 // advisory lock, so that replicas starting at the same time migrate one
 // after the other; the later ones find nothing left to do. Without the lock
 // two concurrent CREATE TABLE IF NOT EXISTS can both fail on a unique
-// violation in the catalog.
-func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+// violation in the catalog. A database with no schema gets one only when
+// isNew returns nil (see store.Migrate).
+func migrate(ctx context.Context, pool *pgxpool.Pool, isNew func() error) error {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("migrate schema: %w", err)
@@ -95,7 +96,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
 		return fmt.Errorf("migrate schema: read version: %w", err)
 	}
-	if err := store.Migrate(current, migrations, func(v int, statements string) error {
+	if err := store.Migrate(current, migrations, isNew, func(v int, statements string) error {
 		// No arguments: pgx sends it with the simple protocol, which runs
 		// every statement of a multi-statement migration.
 		if _, err := tx.Exec(ctx, statements); err != nil {

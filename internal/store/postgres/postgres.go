@@ -52,6 +52,8 @@ type Store struct {
 	pool *pgxpool.Pool
 	// unreadable holds the records reads could not decode (List skips them).
 	unreadable store.Unreadables
+	// writes remembers a write that failed for want of space (Writable).
+	writes store.Writes
 }
 
 const (
@@ -72,6 +74,13 @@ const (
 // pool_* settings of pgxpool) and brings its schema up to date. The tables
 // live in the first schema of the connection's search_path.
 func Open(ctx context.Context, dsn string) (*Store, error) {
+	return OpenWith(ctx, dsn, store.OpenOptions{})
+}
+
+// OpenWith is Open with opts: a database with no schema gets one only as
+// opts allow (store.CheckNew). The store keeps no evidence of its own that
+// records were kept before: the database is all there is of it.
+func OpenWith(ctx context.Context, dsn string, opts store.OpenOptions) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		// pgx masks the passwords it recognizes in its parse errors.
@@ -111,7 +120,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres store %s: %w", where, callErr(ctx, err))
 	}
-	if err := migrate(ctx, pool); err != nil {
+	if err := migrate(ctx, pool, func() error { return store.CheckNew(opts, nil) }); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres store %s: %w", where, callErr(ctx, err))
 	}
@@ -160,11 +169,12 @@ func (s *Store) Insert(ctx context.Context, r *engine.Record) error {
 		string(c.Kind), c.ID, c.InstanceID, c.ResourceName(), string(c.Phase), string(c.Op.State), c.Version,
 		c.CreatedAt, c.UpdatedAt, string(data))
 	if err != nil {
-		return fmt.Errorf("insert record %s/%s: %w", r.Kind, r.ID, callErr(ctx, err))
+		return fmt.Errorf("insert record %s/%s: %w", r.Kind, r.ID, s.writeFailed(callErr(ctx, err)))
 	}
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("insert record %s/%s: %w", r.Kind, r.ID, engine.ErrExists)
 	}
+	s.writes.Note(nil)
 	r.Version, r.CreatedAt, r.UpdatedAt = c.Version, c.CreatedAt, c.UpdatedAt
 	return nil
 }
@@ -209,7 +219,7 @@ func (s *Store) Update(ctx context.Context, r *engine.Record) error {
 		c.CreatedAt, c.UpdatedAt, string(data),
 		string(c.Kind), c.ID, r.Version)
 	if err != nil {
-		return fmt.Errorf("update record %s/%s: %w", r.Kind, r.ID, callErr(ctx, err))
+		return fmt.Errorf("update record %s/%s: %w", r.Kind, r.ID, s.writeFailed(callErr(ctx, err)))
 	}
 	if tag.RowsAffected() == 0 {
 		// Only now find out why: records are never deleted, so a row that
@@ -224,6 +234,7 @@ func (s *Store) Update(ctx context.Context, r *engine.Record) error {
 		}
 		return fmt.Errorf("update record %s/%s at version %d: %w", r.Kind, r.ID, r.Version, engine.ErrStale)
 	}
+	s.writes.Note(nil)
 	r.Version, r.CreatedAt, r.UpdatedAt = c.Version, c.CreatedAt, c.UpdatedAt
 	return nil
 }

@@ -71,7 +71,18 @@
 // schema as it was. A database whose schema is newer than this binary knows
 // is refused, so an older binary never writes records it cannot read.
 //
+// A database that loses its records must not pass for a new one. Once the
+// file holds a schema, Open writes a marker beside it (bucketbroker.db has
+// bucketbroker.db.created); a database with no schema (an emptied or
+// missing file) whose marker is there is refused with store.ErrLost before
+// anything is written, unless opened to start over. A write that finds no
+// room (SQLITE_FULL: a full disk, or max_page_count) fails with
+// engine.ErrFull, and Writable reports it until a write succeeds, probing
+// with a checkpoint that truncates the write-ahead log and a header write
+// into a new log, so that the probe needs new space as record writes do.
+//
 // The file is created with mode 0600 in a directory created with 0700 (the
-// WAL and shared-memory files take the mode of the database file): records
-// name buckets, users and access key ids, and hold sealed secrets.
+// WAL and shared-memory files take the mode of the database file; the
+// marker is 0600 too): records name buckets, users and access key ids, and
+// hold sealed secrets.
 package sqlite

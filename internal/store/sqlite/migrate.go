@@ -48,8 +48,9 @@ var migrations = []string{
 // in one transaction: a crash or a failed migration leaves the schema as it
 // was. The transaction takes the write lock at BEGIN (the DSN sets
 // _txlock=immediate), so a second process opening the same file waits for
-// the first to finish migrating instead of racing it.
-func migrate(ctx context.Context, db *sql.DB) error {
+// the first to finish migrating instead of racing it. A database with no
+// schema gets one only when isNew returns nil (see store.Migrate).
+func migrate(ctx context.Context, db *sql.DB, isNew func() error) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("migrate schema: %w", err)
@@ -68,7 +69,7 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
 		return fmt.Errorf("migrate schema: read version: %w", err)
 	}
-	if err := store.Migrate(current, migrations, func(v int, statements string) error {
+	if err := store.Migrate(current, migrations, isNew, func(v int, statements string) error {
 		if _, err := tx.ExecContext(ctx, statements); err != nil {
 			return err
 		}

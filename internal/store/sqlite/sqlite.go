@@ -57,6 +57,8 @@ type Store struct {
 	pin *sql.Conn
 	// unreadable holds the records reads could not decode (List skips them).
 	unreadable store.Unreadables
+	// writes remembers a write that failed for want of space (Writable).
+	writes store.Writes
 }
 
 const (
@@ -75,14 +77,30 @@ const (
 
 // Open opens the store in the SQLite database file at path, creating the
 // file (0600) and its directory (0700) if they do not exist, and brings its
-// schema up to date.
+// schema up to date. A database with no schema whose marker says that it
+// held records is refused (store.ErrLost).
 func Open(ctx context.Context, path string) (*Store, error) {
+	return OpenWith(ctx, path, store.OpenOptions{})
+}
+
+// OpenWith is Open with opts: a database with no schema gets one only as
+// opts and the marker allow (store.CheckNew).
+func OpenWith(ctx context.Context, path string, opts store.OpenOptions) (*Store, error) {
 	if path == "" {
 		return nil, errors.New("open sqlite store: empty path")
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
+	}
+	isNew := func() error { return store.CheckNew(opts, func() error { return markerSays(abs) }) }
+	// Asked here too, before the file is created or SQLite writes its
+	// header into it, so that a refused start changes nothing; the
+	// migration asks again for a file that has bytes but no schema.
+	if emptyFile(abs) {
+		if err := isNew(); err != nil {
+			return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
+		}
 	}
 	if err := createFile(abs); err != nil {
 		return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
@@ -99,7 +117,13 @@ func Open(ctx context.Context, path string) (*Store, error) {
 
 	// Migrate before the readers open, so that they only ever see a database
 	// that is already in WAL mode and at the current schema.
-	if err := migrate(ctx, writer); err != nil {
+	if err := migrate(ctx, writer, isNew); err != nil {
+		_ = writer.Close()
+		return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
+	}
+	// After the schema's commit: a crash in between leaves a database
+	// with a schema and no marker, which the next Open marks.
+	if err := writeMarker(abs); err != nil {
 		_ = writer.Close()
 		return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
 	}
@@ -240,6 +264,7 @@ func (s *Store) Insert(ctx context.Context, r *engine.Record) error {
 		c.Kind, c.ID, c.InstanceID, c.ResourceName(), c.Phase, c.Op.State, c.Version,
 		formatTime(c.CreatedAt), formatTime(c.UpdatedAt), string(data))
 	if err != nil {
+		err = s.writeFailed(err)
 		return fmt.Errorf("insert record %s/%s: %w", r.Kind, r.ID, err)
 	}
 	n, err := res.RowsAffected()
@@ -249,6 +274,7 @@ func (s *Store) Insert(ctx context.Context, r *engine.Record) error {
 	if n == 0 {
 		return fmt.Errorf("insert record %s/%s: %w", r.Kind, r.ID, engine.ErrExists)
 	}
+	s.writes.Note(nil)
 	s.wal.checkCommitted(before)
 	r.Version, r.CreatedAt, r.UpdatedAt = c.Version, c.CreatedAt, c.UpdatedAt
 	return nil
@@ -375,6 +401,7 @@ func (s *Store) Update(ctx context.Context, r *engine.Record) error {
 		formatTime(c.CreatedAt), formatTime(c.UpdatedAt), string(data),
 		c.Kind, c.ID, r.Version)
 	if err != nil {
+		err = s.writeFailed(err)
 		return fmt.Errorf("update record %s/%s: %w", r.Kind, r.ID, err)
 	}
 	n, err := res.RowsAffected()
@@ -395,6 +422,7 @@ func (s *Store) Update(ctx context.Context, r *engine.Record) error {
 		}
 		return fmt.Errorf("update record %s/%s at version %d: %w", r.Kind, r.ID, r.Version, engine.ErrStale)
 	}
+	s.writes.Note(nil)
 	s.wal.checkCommitted(before)
 	r.Version, r.CreatedAt, r.UpdatedAt = c.Version, c.CreatedAt, c.UpdatedAt
 	return nil

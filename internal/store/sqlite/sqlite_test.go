@@ -292,6 +292,7 @@ func TestFileModes(t *testing.T) {
 		{path, 0o600},
 		{path + "-wal", 0o600},
 		{path + "-shm", 0o600},
+		{markerPath(path), 0o600},
 	} {
 		fi, err := os.Stat(tc.path)
 		if err != nil {
