@@ -82,6 +82,12 @@ func TestEngineErrors(t *testing.T) {
 			want:     http.StatusServiceUnavailable,
 			wantBody: errorBody{Description: "service temporarily unavailable; retry later"},
 		},
+		"unavailable full": {
+			reason:   "a 503 for a full disk names the cause, not where the store is",
+			err:      fmt.Errorf("%w: the broker's store cannot write: %w", engine.ErrUnavailable, fmt.Errorf("insert into /var/lib/bucketbroker/bucketbroker.db: %w", engine.ErrFull)),
+			want:     http.StatusServiceUnavailable,
+			wantBody: errorBody{Description: "service temporarily unavailable: the broker's store cannot write (database or disk is full); retry later"},
+		},
 		"failed": {
 			reason:   "a synchronous failure is a 500 with the engine's message, so the platform starts orphan mitigation",
 			err:      fmt.Errorf("%w: bucket quota exceeded", engine.ErrFailed),

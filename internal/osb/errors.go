@@ -97,6 +97,10 @@ func errorResponse(err error) (int, errorBody) {
 		return fixed(codeAsyncRequired, descAsyncRequired, engine.ErrAsyncRequired)
 	case errors.Is(err, engine.ErrUnprocessable):
 		return user(http.StatusUnprocessableEntity, "", engine.ErrUnprocessable)
+	case errors.Is(err, engine.ErrUnavailable) && errors.Is(err, engine.ErrFull):
+		// A full disk is named: the people behind the platform pass it on to
+		// whoever frees the space, and no address or path is in the words.
+		return http.StatusServiceUnavailable, errorBody{Description: engine.ErrUnavailable.Error() + ": the broker's store cannot write (" + engine.ErrFull.Error() + "); retry later"}
 	case errors.Is(err, engine.ErrUnavailable):
 		// The wrapped cause is about our infrastructure (a store that cannot
 		// be reached), which is not the platform's business.

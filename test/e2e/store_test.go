@@ -80,8 +80,8 @@ func TestFullDisk(t *testing.T) {
 
 	free := harness.FillDisk(t, disk)
 	during := "/v2/service_instances/during"
-	if r := b.Do("PUT", during, provisionBody); r.Code != http.StatusServiceUnavailable || r.Description() == "" {
-		t.Errorf("provision on a full disk: %v, want 503 with a description", r)
+	if r := b.Do("PUT", during, provisionBody); r.Code != http.StatusServiceUnavailable || !strings.Contains(r.Description(), "disk is full") {
+		t.Errorf("provision on a full disk: %v, want 503 with a description that says the disk is full", r)
 	}
 	r, err := b.Until(10*time.Second, "GET", "/readyz", nil, http.StatusServiceUnavailable)
 	if err != nil {
