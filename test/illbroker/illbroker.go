@@ -119,8 +119,8 @@ type Server struct {
 	// answered holds the paths whose first create's answer was lost
 	// (Config.LoseFirstAnswer).
 	answered map[string]bool
-	seq   int
-	now   func() time.Time
+	seq      int
+	now      func() time.Time
 }
 
 type operation struct {
