@@ -256,7 +256,7 @@ func walk(err error, f func(error) bool) bool {
 	if err == nil {
 		return false
 	}
-	switch x := err.(type) {
+	switch x := err.(type) { //nolint:errorlint // walks the tree itself, one error at a time
 	case interface{ Unwrap() []error }:
 		for _, e := range x.Unwrap() {
 			if walk(e, f) {
