@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
@@ -52,6 +53,37 @@ var (
 	// by bucketbroker. The operation fails at once and it is left alone.
 	ErrNotOurs = driver.ErrOwnedByOther
 )
+
+// Described is a Backend's error whose text, for the log, holds what the
+// platform has no use for (an upstream's address, a transport error):
+// Description is what the operation's description, which a poll of
+// last_operation shows, says of it instead. Error keeps the whole account.
+type Described interface {
+	error
+	Description() string
+}
+
+// retrying is the operation's description while a step retries err.
+func retrying(what string, err error) string {
+	var d Described
+	if errors.As(err, &d) {
+		return fmt.Sprintf("%s: %s; retrying", what, d.Description())
+	}
+	return fmt.Sprintf("%s: backend error, retrying: %v", what, err)
+}
+
+// described is err's text for an operation's description: a Described
+// error in it says its Description in place of its Error.
+func described(err error) string {
+	var d Described
+	if !errors.As(err, &d) {
+		return err.Error()
+	}
+	if text := err.Error(); strings.Contains(text, d.Error()) {
+		return strings.Replace(text, d.Error(), d.Description(), 1)
+	}
+	return d.Description()
+}
 
 // Work is what a Backend gets from the engine to carry out one operation:
 // the record, retried steps, durable saves and the secret box. It is valid

@@ -54,7 +54,7 @@ func (e *Engine) step(ctx context.Context, rec *Record, what string, call func(c
 		if time.Now().After(rec.Op.Deadline) {
 			return giveUp{fmt.Errorf("%s: gave up after %d attempts at the operation deadline: %w", what, attempt, err)}
 		}
-		desc := fmt.Sprintf("%s: backend error, retrying: %v", what, err)
+		desc := retrying(what, err)
 		if rec.Op.Description != desc {
 			rec.Op.Description = desc
 			if err := e.save(ctx, rec); err != nil {
@@ -97,7 +97,7 @@ func (e *Engine) finish(ctx context.Context, rec *Record, err error) error {
 	if err == nil {
 		op.State, op.Description = OpSucceeded, string(op.Type)+" succeeded"
 	} else {
-		op.State, op.Description = OpFailed, fmt.Sprintf("%s failed: %v", op.Type, err)
+		op.State, op.Description = OpFailed, fmt.Sprintf("%s failed: %s", op.Type, described(err))
 		// The backend refused the request for good (an invalid tag, an
 		// option it does not have): the request's fault, not ours, and
 		// answered so (422), never as the broker's own failure (500).

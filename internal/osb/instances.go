@@ -38,10 +38,14 @@ type maintenanceInfo struct {
 }
 
 // maintenanceVersion returns the version a request's maintenance_info
-// names, or "" for none. An object without a version is a bad request: the
-// spec makes the version required.
+// names, or "" for none. An object with nothing in it ({}, or an empty
+// version, which counts as missing) is none: clients generated from the
+// spec's OpenAPI document send {} on every PUT and PATCH, so it must be
+// the same request, and the same fingerprint, as one without. An object
+// that says something but names no version is a bad request: the spec
+// makes the version required.
 func maintenanceVersion(mi *maintenanceInfo) (string, error) {
-	if mi == nil {
+	if mi == nil || *mi == (maintenanceInfo{}) {
 		return "", nil
 	}
 	if err := require(field{"maintenance_info.version", mi.Version}); err != nil {

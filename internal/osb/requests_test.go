@@ -54,6 +54,26 @@ func TestProvisionRequests(t *testing.T) {
 			wantStatus: http.StatusCreated,
 			want:       &engine.ProvisionRequest{InstanceID: "i1", ServiceID: "svc", PlanID: "plan", OrganizationGUID: "org", SpaceGUID: "space"},
 		},
+		"empty maintenance_info": {
+			reason:     "clients generated from the spec's OpenAPI document send {} on every PUT: the same as absent, so the fingerprint is too",
+			path:       "/v2/service_instances/i1",
+			body:       `{"service_id":"svc","plan_id":"plan","organization_guid":"org","space_guid":"space","maintenance_info":{}}`,
+			wantStatus: http.StatusCreated,
+			want:       &engine.ProvisionRequest{InstanceID: "i1", ServiceID: "svc", PlanID: "plan", OrganizationGUID: "org", SpaceGUID: "space"},
+		},
+		"maintenance_info with an empty version": {
+			reason:     "an empty string counts as missing, and an object with nothing in it as absent",
+			path:       "/v2/service_instances/i1",
+			body:       `{"service_id":"svc","plan_id":"plan","organization_guid":"org","space_guid":"space","maintenance_info":{"version":""}}`,
+			wantStatus: http.StatusCreated,
+			want:       &engine.ProvisionRequest{InstanceID: "i1", ServiceID: "svc", PlanID: "plan", OrganizationGUID: "org", SpaceGUID: "space"},
+		},
+		"maintenance_info without a version": {
+			reason:     "an object that says something (a description) but names no version is still a bad request",
+			path:       "/v2/service_instances/i1",
+			body:       `{"service_id":"svc","plan_id":"plan","organization_guid":"org","space_guid":"space","maintenance_info":{"description":"d"}}`,
+			wantStatus: http.StatusBadRequest,
+		},
 		"accepts_incomplete false": {
 			reason:     `"false" is accepted and means synchronous`,
 			path:       "/v2/service_instances/i1?accepts_incomplete=false",
@@ -301,6 +321,20 @@ func TestUpdateRequests(t *testing.T) {
 				Parameters: json.RawMessage(`{"a":1}`), Context: json.RawMessage(`{"platform":"cloudfoundry"}`),
 				AcceptsIncomplete: true,
 			},
+		},
+		"empty maintenance_info": {
+			reason:     "clients generated from the spec's OpenAPI document send {} on every PATCH: the same as absent",
+			path:       "/v2/service_instances/i1",
+			body:       `{"service_id":"svc","maintenance_info":{}}`,
+			wantStatus: http.StatusOK,
+			want:       &engine.UpdateRequest{InstanceID: "i1", ServiceID: "svc"},
+		},
+		"maintenance_info with a version": {
+			reason:     "maintenance_info.version becomes MaintenanceVersion",
+			path:       "/v2/service_instances/i1",
+			body:       `{"service_id":"svc","maintenance_info":{"version":"2.0.0"}}`,
+			wantStatus: http.StatusOK,
+			want:       &engine.UpdateRequest{InstanceID: "i1", ServiceID: "svc", MaintenanceVersion: "2.0.0"},
 		},
 		"missing service_id": {
 			reason:     "service_id is required on update",

@@ -75,7 +75,7 @@ func (u *Upstream) createBinding(ctx context.Context, w *engine.Work, sent *bool
 	}
 	var creds json.RawMessage
 	var accepted *osbclient.Binding
-	err := w.Step(ctx, "bind upstream", func(ctx context.Context) error {
+	err := u.step(ctx, w, "bind upstream", func(ctx context.Context) error {
 		b, err := u.client.Bind(ctx, rec.InstanceID, rec.ID, req)
 		prior := *sent
 		*sent = true
@@ -158,7 +158,7 @@ func (u *Upstream) bindPolled(ctx context.Context, w *engine.Work) (json.RawMess
 		return nil, errors.New("the upstream no longer knows the binding it was creating")
 	}
 	var creds json.RawMessage
-	err = w.Step(ctx, "fetch upstream credentials", func(ctx context.Context) error {
+	err = u.step(ctx, w, "fetch upstream credentials", func(ctx context.Context) error {
 		b, err := u.client.GetBinding(ctx, rec.InstanceID, rec.ID, osbclient.PollRequest{ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID})
 		if err != nil {
 			return classify(err)

@@ -15,14 +15,23 @@
 //     (Record.UpstreamOp) before it is polled, and the poll relays the
 //     upstream's description to bucketbroker's own operation.
 //   - With the attempt recorded, a create that gets no answer, a 5xx, a 409
-//     or ConcurrencyError is not trusted either way: the backend looks
-//     (last_operation, then GET where the catalog says instances_retrievable
-//     or bindings_retrievable) and adopts what it finds. An instance whose
-//     creation failed upstream is deleted and created again. A binding whose
-//     credentials cannot be fetched again is unbound upstream and bound anew
-//     (nobody was ever given those credentials). A 409 to the very first
-//     create of an id means the id is someone else's: the operation fails
-//     and nothing is deleted.
+//     or ConcurrencyError is not trusted either way: the backend looks and
+//     adopts what it finds, or sends the identical create again. An
+//     ambiguous answer never deletes what may be live: last_operation
+//     without an operation is a hint (it may speak of an operation the
+//     upstream lost track of), GET decides where the catalog says
+//     instances_retrievable or bindings_retrievable, and without it an
+//     instance that last_operation calls failed gets the identical create
+//     again or, answered 409, fails the operation for an operator. Only a
+//     creation the upstream reports failed for the operation its 202 named
+//     is deleted (and made again by the next provision). A binding whose
+//     credentials cannot be fetched again is unbound upstream and bound
+//     anew (nobody was ever given those credentials). A 409 to the very
+//     first create of an id means the id is someone else's: the operation
+//     fails and nothing is deleted.
+//   - Trouble (no answer, a timeout, a 5xx, an unreadable answer) reaches
+//     the platform as "upstream NAME is unreachable" and the like
+//     (engine.Described); the log keeps the whole error.
 //   - A binding's credentials are the upstream's JSON object, sealed in the
 //     record and never logged; once recorded, the upstream is never asked
 //     for them again.

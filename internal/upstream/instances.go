@@ -36,6 +36,17 @@ type created struct {
 	dashboard string
 }
 
+// attempt is what a provision's create step knows across its tries.
+type attempt struct {
+	// sent: a create of the id may have reached the upstream (this
+	// operation's or, with Record.UpstreamAttempted, an earlier one's).
+	sent bool
+	// seen: a look found the instance without telling whether it is live
+	// (last_operation's "failed" where GET cannot decide): it may hold
+	// data, so giving up deletes nothing.
+	seen bool
+}
+
 // Provision creates the instance upstream under the record's id (see the
 // package doc for the duplicate answers), then polls an asynchronous
 // creation to its end.
@@ -44,57 +55,47 @@ func (u *Upstream) Provision(ctx context.Context, w *engine.Work) error {
 	if rec.UpstreamOp.OpID == rec.Op.ID {
 		return u.provisionPolled(ctx, w)
 	}
-	sent := rec.UpstreamAttempted
-	if !sent {
+	a := attempt{sent: rec.UpstreamAttempted}
+	if !a.sent {
 		rec.UpstreamAttempted = true
 		if err := w.Save(ctx); err != nil {
 			return err
 		}
 	}
-	for {
-		c, err := u.createInstance(ctx, w, &sent)
-		if err != nil {
-			return u.createGaveUp(ctx, w, err)
-		}
-		crashpoint.Hit(crashpoint.ProvisionUpstreamAnswered)
-		if c.dashboard != "" {
-			rec.DashboardURL = c.dashboard
-		}
-		switch {
-		case c.adopted && c.state == osbclient.StateFailed:
-			// An earlier attempt's instance, whose creation failed
-			// upstream: delete it, then create it again.
-			w.Logger().Info("Upstream instance of an earlier attempt failed; deleting it to create it again",
-				"upstream", u.cfg.Name, "id", rec.ID)
-			if err := u.deleteInstance(ctx, w); err != nil {
-				return w.Fail(ctx, err)
-			}
-			continue
-		case c.adopted && c.state == osbclient.StateInProgress, c.async:
-			rec.UpstreamOp = engine.UpstreamOp{OpID: rec.Op.ID, Operation: c.op}
-			if err := w.Save(ctx); err != nil {
-				return err
-			}
-			if c.adopted {
-				w.Logger().Info("Adopted an upstream instance being created", "upstream", u.cfg.Name, "id", rec.ID)
-			}
-			return u.provisionPolled(ctx, w)
+	c, err := u.createInstance(ctx, w, &a)
+	if err != nil {
+		return u.createGaveUp(ctx, w, err, a)
+	}
+	crashpoint.Hit(crashpoint.ProvisionUpstreamAnswered)
+	if c.dashboard != "" {
+		rec.DashboardURL = c.dashboard
+	}
+	if c.async || c.state == osbclient.StateInProgress {
+		rec.UpstreamOp = engine.UpstreamOp{OpID: rec.Op.ID, Operation: c.op}
+		if err := w.Save(ctx); err != nil {
+			return err
 		}
 		if c.adopted {
-			w.Logger().Info("Adopted the upstream instance of an earlier attempt", "upstream", u.cfg.Name, "id", rec.ID)
+			w.Logger().Info("Adopted an upstream instance being created", "upstream", u.cfg.Name, "id", rec.ID)
 		}
-		return w.Finish(ctx, nil)
+		return u.provisionPolled(ctx, w)
 	}
+	if c.adopted {
+		w.Logger().Info("Adopted the upstream instance of an earlier attempt", "upstream", u.cfg.Name, "id", rec.ID)
+	}
+	return w.Finish(ctx, nil)
 }
 
 // provisionPolled polls the upstream's creation to its end. A creation
 // the upstream no longer knows (deleted meanwhile) is made again.
 func (u *Upstream) provisionPolled(ctx context.Context, w *engine.Work) error {
+	rec := w.Rec
+	own := rec.UpstreamOp.Operation != "" // polled by the operation its 202 named
 	end, desc, err := u.pollInstance(ctx, w)
 	if err != nil {
 		return w.Fail(ctx, err)
 	}
-	w.Rec.UpstreamOp = engine.UpstreamOp{}
+	rec.UpstreamOp = engine.UpstreamOp{}
 	switch end {
 	case endSucceeded:
 		u.fetchDashboard(ctx, w) // an adopted creation's 202 was not ours to read
@@ -105,14 +106,53 @@ func (u *Upstream) provisionPolled(ctx context.Context, w *engine.Work) error {
 		}
 		return u.Provision(ctx, w)
 	}
-	// The instance may exist upstream: a deprovision deletes it, and a
-	// provision sent again deletes it and creates it anew.
-	return w.Finish(ctx, fmt.Errorf("the upstream's creation failed: %s", desc))
+	failed := fmt.Errorf("the upstream's creation failed: %s", desc)
+	if !own {
+		// A poll without an operation may be answered about one the
+		// upstream lost track of: where GET finds the instance, it is
+		// live; elsewhere it stays until the platform acts (a deprovision
+		// deletes it).
+		if live, err := u.live(ctx, rec); err == nil && live {
+			w.Logger().Info("The upstream's last_operation says failed but GET finds the instance; adopted it",
+				"upstream", u.cfg.Name, "id", rec.ID, "upstream_description", desc)
+			u.fetchDashboard(ctx, w)
+			return w.Finish(ctx, nil)
+		}
+		return w.Finish(ctx, failed)
+	}
+	// The upstream said of its own operation that the creation failed:
+	// the instance was never handed to anyone, so it is deleted now, and
+	// a provision sent again meets nothing and creates it anew.
+	if err := u.deleteInstance(ctx, w); err != nil {
+		if w.Interrupted(ctx, err) {
+			return err
+		}
+		return w.Fail(ctx, fmt.Errorf("%w; deleting it upstream failed too (a deprovision deletes it): %w", failed, err))
+	}
+	w.Logger().Info("Deleted an upstream instance whose creation failed", "upstream", u.cfg.Name, "id", rec.ID)
+	return w.Finish(ctx, failed)
+}
+
+// live reports whether the upstream's GET finds the instance; false
+// without asking where the service is not instances_retrievable.
+func (u *Upstream) live(ctx context.Context, rec *engine.Record) (bool, error) {
+	if !u.service(rec.Request.ServiceID).InstancesRetrievable {
+		return false, nil
+	}
+	gctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err := u.client.GetInstance(gctx, rec.ID, osbclient.PollRequest{ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID})
+	if notFound(err) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // createInstance sends the provision until it gets a definite answer;
-// after an answer that may hide an existing instance it looks.
-func (u *Upstream) createInstance(ctx context.Context, w *engine.Work, sent *bool) (created, error) {
+// after an answer that may hide an existing instance it looks. Nothing it
+// finds is deleted: an identical PUT is sent again, or the operation fails
+// for an operator.
+func (u *Upstream) createInstance(ctx context.Context, w *engine.Work, a *attempt) (created, error) {
 	rec := w.Rec
 	req := osbclient.ProvisionRequest{
 		Call:      osbclient.Call{AcceptsIncomplete: true, Identity: w.Identity()},
@@ -125,10 +165,10 @@ func (u *Upstream) createInstance(ctx context.Context, w *engine.Work, sent *boo
 		req.MaintenanceInfo = maintenanceInfo(s.Maintenance)
 	}
 	var c created
-	err := w.Step(ctx, "provision upstream", func(ctx context.Context) error {
+	err := u.step(ctx, w, "provision upstream", func(ctx context.Context) error {
 		resp, err := u.client.Provision(ctx, rec.ID, req)
-		prior := *sent
-		*sent = true
+		prior := a.sent
+		a.sent = true
 		if err == nil {
 			c = created{async: resp.Async(), op: resp.Operation, dashboard: resp.DashboardURL}
 			return nil
@@ -139,29 +179,48 @@ func (u *Upstream) createInstance(ctx context.Context, w *engine.Work, sent *boo
 		if refused(err) {
 			return classify(err)
 		}
-		state, dashboard, found, lerr := u.lookInstance(ctx, rec)
-		if lerr != nil {
+		look, lerr := u.lookInstance(ctx, rec)
+		switch {
+		case lerr != nil:
 			return fmt.Errorf("%w (and a look at the instance failed: %w)", err, lerr)
-		}
-		if !found {
+		case !look.found:
 			return err // not there: send it again
+		case look.state == osbclient.StateSucceeded, look.state == osbclient.StateInProgress:
+			c = created{adopted: true, state: look.state, dashboard: look.dashboard}
+			return nil
 		}
-		c = created{adopted: true, state: state, dashboard: dashboard}
-		return nil
+		// last_operation says failed (or something the spec does not
+		// name) and GET cannot decide: the instance may be live.
+		a.seen = true
+		if osbclient.Answered(err) && !server(err) {
+			// The upstream says it has the instance (409,
+			// ConcurrencyError) and will not take the identical PUT.
+			return refusal{fmt.Errorf("the upstream answers the provision of %s with %w, and its last_operation says %q (%s); "+
+				"without instances_retrievable bucketbroker cannot tell whether the instance is live and deletes nothing: "+
+				"check it upstream, then deprovision or provision again", rec.ID, err, look.state, look.description)}
+		}
+		return fmt.Errorf("%w; its last_operation says %q (%s): sending the identical provision again", err, look.state, look.description)
 	})
 	return c, err
 }
 
+// server reports whether err is the upstream's 5xx.
+func server(err error) bool {
+	var e *osbclient.Error
+	return errors.As(err, &e) && e.Status >= 500
+}
+
 // createGaveUp ends a provision whose create step failed. One that ran out
-// of time without a definite answer may have made the instance: it is
-// deleted upstream (orphan mitigation, as the spec asks of a platform).
-func (u *Upstream) createGaveUp(ctx context.Context, w *engine.Work, err error) error {
+// of time without a definite answer, and whose looks never found the
+// instance, may have made it: it is deleted upstream (orphan mitigation,
+// as the spec asks of a platform). What a look found is never deleted.
+func (u *Upstream) createGaveUp(ctx context.Context, w *engine.Work, err error, a attempt) error {
 	if errors.Is(err, engine.ErrNotOurs) {
 		// Nothing upstream is ours: a deprovision must not delete it.
 		w.Rec.UpstreamAttempted = false
 		return w.Fail(ctx, err)
 	}
-	if w.Interrupted(ctx, err) || errors.Is(err, engine.ErrRefused) {
+	if w.Interrupted(ctx, err) || errors.Is(err, engine.ErrRefused) || a.seen {
 		return w.Fail(ctx, err)
 	}
 	rec := w.Rec
@@ -179,39 +238,47 @@ func (u *Upstream) createGaveUp(ctx context.Context, w *engine.Work, err error) 
 	return w.Fail(ctx, err)
 }
 
-// lookInstance asks the upstream whether the instance exists: its
-// last_operation (without an operation, so the latest), then, where that
-// says nothing and the service is instances_retrievable, a GET, whose
-// dashboard_url it returns. found is false when the upstream does not know
-// the id.
-func (u *Upstream) lookInstance(ctx context.Context, rec *engine.Record) (state, dashboard string, found bool, err error) {
+// look is what a look at an instance found.
+type look struct {
+	found bool
+	// state is the upstream's last_operation state, or succeeded where
+	// GET found the instance.
+	state, description string
+	dashboard          string
+}
+
+// lookInstance asks the upstream whether the instance exists, after an
+// answer to a create that may hide it. Its last_operation without an
+// operation (the latest) is a hint: "in progress" is adopted and polled;
+// anything else may be about another operation (a deprovision's
+// "succeeded") or about one the upstream lost track of ("failed", "The
+// operation could not be found." of a live instance). Where the service
+// is instances_retrievable, GET decides and its dashboard_url is
+// returned; elsewhere the state is returned for the caller to weigh. found
+// is false when the upstream does not know the id.
+func (u *Upstream) lookInstance(ctx context.Context, rec *engine.Record) (look, error) {
 	poll := osbclient.PollRequest{ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID}
 	retrievable := u.service(rec.Request.ServiceID).InstancesRetrievable
 	lo, err := u.client.InstanceLastOperation(ctx, rec.ID, poll)
-	if err == nil && (lo.State != osbclient.StateSucceeded || !retrievable) {
-		return lo.State, "", true, nil
-	}
-	if err == nil {
-		// Succeeded may be a deprovision's: GET tells.
-		err = &osbclient.Error{Status: http.StatusNotFound}
-	}
-	if !osbclient.Answered(err) || (!refused(err) && !notFound(err)) {
-		return "", "", false, err
-	}
-	if !retrievable {
+	switch {
+	case err == nil && (lo.State == osbclient.StateInProgress || !retrievable):
+		return look{found: true, state: lo.State, description: lo.Description}, nil
+	case err != nil && (!osbclient.Answered(err) || (!refused(err) && !notFound(err))):
+		return look{}, err
+	case err != nil && !retrievable:
 		if notFound(err) {
-			return "", "", false, nil
+			return look{}, nil
 		}
-		return "", "", false, err
+		return look{}, err
 	}
 	in, err := u.client.GetInstance(ctx, rec.ID, poll)
 	if err != nil {
 		if notFound(err) {
-			return "", "", false, nil
+			return look{}, nil
 		}
-		return "", "", false, err
+		return look{}, err
 	}
-	return osbclient.StateSucceeded, in.DashboardURL, true, nil
+	return look{found: true, state: osbclient.StateSucceeded, dashboard: in.DashboardURL}, nil
 }
 
 // fetchDashboard takes an adopted instance's dashboard_url from the
@@ -251,7 +318,7 @@ func (u *Upstream) poll(ctx context.Context, w *engine.Work, lastOp func(context
 	for {
 		var lo *osbclient.LastOperation
 		gone := false
-		err := w.Step(ctx, "poll "+what, func(ctx context.Context) error {
+		err := u.step(ctx, w, "poll "+what, func(ctx context.Context) error {
 			var err error
 			lo, err = lastOp(ctx, osbclient.PollRequest{
 				ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID, Operation: rec.UpstreamOp.Operation})
@@ -284,7 +351,7 @@ func (u *Upstream) poll(ctx context.Context, w *engine.Work, lastOp func(context
 // success).
 func (u *Upstream) delete(ctx context.Context, w *engine.Work, what string, call func(context.Context, osbclient.DeleteRequest) (*osbclient.DeleteResponse, error)) (resp *osbclient.DeleteResponse, gone bool, _ error) {
 	rec := w.Rec
-	err := w.Step(ctx, what, func(ctx context.Context) (err error) {
+	err := u.step(ctx, w, what, func(ctx context.Context) (err error) {
 		resp, err = call(ctx, osbclient.DeleteRequest{
 			Call:      osbclient.Call{AcceptsIncomplete: true, Identity: w.Identity()},
 			ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID})
@@ -340,7 +407,7 @@ func (u *Upstream) Update(ctx context.Context, w *engine.Work) error {
 		}
 		req.PreviousValues = prev
 		var resp *osbclient.InstanceResponse
-		err = w.Step(ctx, "update upstream", func(ctx context.Context) (err error) {
+		err = u.step(ctx, w, "update upstream", func(ctx context.Context) (err error) {
 			resp, err = u.client.Update(ctx, rec.ID, req)
 			return classify(err)
 		})
@@ -402,9 +469,9 @@ func (u *Upstream) deleteInstance(ctx context.Context, w *engine.Work) error {
 			return u.deleted(ctx, w)
 		}
 		rec.UpstreamOp = engine.UpstreamOp{OpID: rec.Op.ID, Operation: resp.Operation}
-		// A provision that deletes a failed instance to create it again
-		// keeps the deletion's operation to itself: after a crash, its
-		// create meets the deletion (or nothing) and looks again.
+		// A provision that deletes its failed creation keeps the
+		// deletion's operation to itself: after a crash it polls the
+		// creation again, and meets the deletion or nothing.
 		if rec.Op.Type != engine.OpProvision {
 			if err := w.Save(ctx); err != nil {
 				return err

@@ -84,3 +84,27 @@ func TestOrphanMitigationAfterACreateWithoutAnswer(t *testing.T) {
 		t.Error("orphan mitigation not logged")
 	}
 }
+
+func TestFailureAtTheDeadlineNamesTheUpstream(t *testing.T) {
+	// The upstream goes away after the catalog: the synchronous provision
+	// retries until its deadline, and its failure reads as the platform
+	// should read it; the log keeps the transport error.
+	e := newEnv(t, envOpts{syncTimeout: 2 * time.Second})
+	e.ib.Stop()
+	ctx := context.Background()
+	if _, err := e.eng.Provision(ctx, provision("i-d", illbroker.PlanSync, false, "")); !errors.Is(err, engine.ErrFailed) {
+		t.Fatalf("provision with the upstream down: %v, want a failure", err)
+	}
+	lo := e.waitOp(engine.KindInstance, "", "i-d", "")
+	if lo.State != engine.OpFailed || !strings.Contains(lo.Description, "upstream ill is unreachable") {
+		t.Fatalf("provision ended %+v, want failed naming the upstream", lo)
+	}
+	for _, internal := range []string{"127.0.0.1", "dial tcp", "connection refused", "http://"} {
+		if strings.Contains(lo.Description, internal) {
+			t.Errorf("description %q shows the platform %q", lo.Description, internal)
+		}
+	}
+	if !strings.Contains(e.log.String(), "connection refused") {
+		t.Error("the log lacks the transport error")
+	}
+}

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"time"
 
@@ -199,6 +201,89 @@ type refusal struct{ err error }
 
 func (r refusal) Error() string   { return r.err.Error() }
 func (r refusal) Unwrap() []error { return []error{engine.ErrRefused, r.err} }
+
+// step runs call as the engine's retried step, its errors described for
+// the platform (trouble).
+func (u *Upstream) step(ctx context.Context, w *engine.Work, what string, call func(context.Context) error) error {
+	return w.Step(ctx, what, func(ctx context.Context) error { return u.troubled(call(ctx)) })
+}
+
+// troubled wraps err as trouble where it holds no answer of the upstream
+// or a 5xx (anywhere in its tree: a look that failed beside a create).
+func (u *Upstream) troubled(err error) error {
+	var t *trouble
+	if err == nil || errors.As(err, &t) {
+		return err
+	}
+	if desc := u.troubleText(err); desc != "" {
+		return &trouble{err: err, desc: desc}
+	}
+	return err
+}
+
+// troubleText is what the platform reads of err when err is the upstream's
+// trouble, not its answer: a transport failure, a timeout, an answer that
+// cannot be read, a 5xx. Empty for anything else (a 4xx says what the
+// upstream decided, in its own words, and reaches the platform as it is).
+func (u *Upstream) troubleText(err error) string {
+	var text string
+	walk(err, func(err error) bool {
+		var ne net.Error
+		var oe *osbclient.Error
+		switch {
+		case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+			text = fmt.Sprintf("upstream %s did not answer in time", u.cfg.Name)
+		case errors.As(err, new(*url.Error)), errors.As(err, new(*net.OpError)):
+			text = fmt.Sprintf("upstream %s is unreachable", u.cfg.Name)
+		case errors.As(err, &oe):
+			if oe.Status < 500 {
+				return false
+			}
+			text = fmt.Sprintf("upstream %s failed: it answered %d %s", u.cfg.Name, oe.Status, http.StatusText(oe.Status))
+		case errors.Is(err, osbclient.ErrResponseTooLarge), errors.As(err, new(*json.SyntaxError)), errors.As(err, new(*json.UnmarshalTypeError)):
+			text = fmt.Sprintf("upstream %s gave an answer that cannot be read", u.cfg.Name)
+		default:
+			return false
+		}
+		return true
+	})
+	return text
+}
+
+// walk calls f on err and on every error err wraps, depth first, until f
+// returns true.
+func walk(err error, f func(error) bool) bool {
+	if err == nil {
+		return false
+	}
+	switch x := err.(type) { //nolint:errorlint // walks the tree itself, one error at a time
+	case interface{ Unwrap() []error }:
+		for _, e := range x.Unwrap() {
+			if walk(e, f) {
+				return true
+			}
+		}
+		return false
+	case interface{ Unwrap() error }:
+		if walk(x.Unwrap(), f) {
+			return true
+		}
+	}
+	return f(err)
+}
+
+// trouble is an upstream failure that says nothing about the request: its
+// Error is the whole account, for the log; its Description
+// (engine.Described) names the upstream and what went wrong, for the
+// platform, without addresses or transport details.
+type trouble struct {
+	err  error
+	desc string
+}
+
+func (t *trouble) Error() string       { return t.err.Error() }
+func (t *trouble) Unwrap() error       { return t.err }
+func (t *trouble) Description() string { return t.desc }
 
 // notFound reports whether err is the upstream's 404 or 410.
 func notFound(err error) bool {

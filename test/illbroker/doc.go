@@ -9,7 +9,10 @@
 // operations in progress for Config.AsyncDelay, fails a configurable
 // fraction of requests transiently (503 before doing anything, 500 or a
 // dropped connection after doing the work) and can end an asynchronous
-// provision "failed" after creating the instance. Every random choice comes
+// provision "failed" after creating the instance. It can answer every
+// last_operation without an operation "failed", "The operation could not
+// be found." (as a third-party broker did for a live instance), and lose
+// the answer to the first create of each id. Every random choice comes
 // from Config.Seed, and requests are served one at a time, so a run is
 // reproducible for a given order of requests.
 //

@@ -53,7 +53,20 @@ type Config struct {
 	// NotRetrievable leaves instances_retrievable and bindings_retrievable
 	// out of the catalog (GET still answers).
 	NotRetrievable bool
+	// ForgetfulLastOperation answers every last_operation of an instance
+	// that names no operation with 200 {"state":"failed","description":
+	// "The operation could not be found."}, whether the instance exists
+	// or not: what a third-party broker answered for an instance it had
+	// created synchronously.
+	ForgetfulLastOperation bool
+	// LoseFirstAnswer carries out the first create (PUT) of each instance
+	// and binding id and drops the connection instead of answering.
+	LoseFirstAnswer bool
 }
+
+// NotFoundDescription is the description of the forgetful last_operation
+// (Config.ForgetfulLastOperation).
+const NotFoundDescription = "The operation could not be found."
 
 // State is what the inspection endpoint reports: per id, how often the
 // broker created and deleted it. Ids are never forgotten.
@@ -103,8 +116,11 @@ type Server struct {
 	ops map[string]*operation // by instance id
 	// creds holds each live binding's credentials.
 	creds map[string]json.RawMessage
-	seq   int
-	now   func() time.Time
+	// answered holds the paths whose first create's answer was lost
+	// (Config.LoseFirstAnswer).
+	answered map[string]bool
+	seq      int
+	now      func() time.Time
 }
 
 type operation struct {
@@ -120,7 +136,7 @@ type operation struct {
 func New(cfg Config) *Server {
 	return &Server{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x1bad)), now: time.Now,
 		st:  State{Instances: map[string]*InstanceStats{}, Bindings: map[string]*BindingStats{}, Failures: map[string]int{}},
-		ops: map[string]*operation{}, creds: map[string]json.RawMessage{}}
+		ops: map[string]*operation{}, creds: map[string]json.RawMessage{}, answered: map[string]bool{}}
 }
 
 // Snapshot returns a copy of the state.
@@ -162,6 +178,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	kind := ""
 	if s.cfg.FailRate > 0 && s.rng.Float64() < s.cfg.FailRate {
 		kind = [...]string{"503-before", "500-after", "drop-after"}[s.rng.IntN(3)]
+		s.st.Failures[kind]++
+	}
+	if kind == "" && s.cfg.LoseFirstAnswer && r.Method == http.MethodPut && !s.answered[r.URL.Path] {
+		s.answered[r.URL.Path] = true
+		kind = "first-answer-lost"
 		s.st.Failures[kind]++
 	}
 	if kind == "503-before" {
@@ -385,6 +406,8 @@ func (s *Server) lastOperation(w http.ResponseWriter, r *http.Request) {
 	in, op := s.st.Instances[id], s.ops[id]
 	q := r.URL.Query().Get("operation")
 	switch {
+	case q == "" && s.cfg.ForgetfulLastOperation:
+		writeJSON(w, http.StatusOK, map[string]any{"state": "failed", "description": NotFoundDescription})
 	case in == nil || !in.Exists:
 		writeJSON(w, http.StatusGone, map[string]any{})
 	case op == nil:

@@ -289,6 +289,36 @@ func TestTransientFailures(t *testing.T) {
 	}
 }
 
+func TestForgetfulLastOperationAndLostFirstAnswers(t *testing.T) {
+	ib, c := start(t, "-forgetful-last-operation", "-lose-first-answer")
+	ctx := context.Background()
+	// The first create is done, its answer lost; the second meets it.
+	if _, err := c.Provision(ctx, "i1", provisionReq(illbroker.PlanSync, false)); err == nil || osbclient.Answered(err) {
+		t.Fatalf("first provision: %v, want no answer", err)
+	}
+	if _, err := c.Provision(ctx, "i1", provisionReq(illbroker.PlanSync, false)); !osbclient.Answered(err) {
+		t.Fatalf("second provision: %v, want the duplicate's answer", err)
+	}
+	// last_operation without an operation: failed, for a live instance and
+	// for an unknown one alike; GET still finds the live one.
+	for _, id := range []string{"i1", "nobody"} {
+		lo, err := c.InstanceLastOperation(ctx, id, osbclient.PollRequest{ServiceID: illbroker.ServiceID, PlanID: illbroker.PlanSync})
+		if err != nil || lo.State != osbclient.StateFailed || lo.Description != illbroker.NotFoundDescription {
+			t.Fatalf("last_operation of %s: %+v, %v; want failed, %q", id, lo, err, illbroker.NotFoundDescription)
+		}
+	}
+	if _, err := c.GetInstance(ctx, "i1", osbclient.PollRequest{ServiceID: illbroker.ServiceID, PlanID: illbroker.PlanSync}); err != nil {
+		t.Fatalf("GET of the live instance: %v", err)
+	}
+	if _, err := c.Bind(ctx, "i1", "b1", bindReq); err == nil || osbclient.Answered(err) {
+		t.Fatalf("first bind: %v, want no answer", err)
+	}
+	st := ib.State()
+	if in, b := st.Instances["i1"], st.Bindings["b1"]; !in.Exists || in.Creates != 1 || !b.Exists || b.Creates != 1 || st.Failures["first-answer-lost"] != 2 {
+		t.Fatalf("state: instance %+v, binding %+v, failures %v; want each made once, two answers lost", in, b, st.Failures)
+	}
+}
+
 func TestAuth(t *testing.T) {
 	ib, _ := start(t)
 	c, err := osbclient.New(osbclient.Config{URL: ib.URL(), Username: harness.IllUser, Password: "wrong"})

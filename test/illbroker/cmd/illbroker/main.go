@@ -22,6 +22,8 @@ func main() {
 	flag.Float64Var(&cfg.FailedOpRate, "failed-op-rate", 0, "fraction of asynchronous provisions that end failed after creating the instance (0..1)")
 	flag.IntVar(&cfg.DuplicateStatus, "duplicate-status", 0, "answer to a create of an existing instance id: 409, 500, or 0 for a seeded choice")
 	flag.BoolVar(&cfg.NotRetrievable, "not-retrievable", false, "leave instances_retrievable and bindings_retrievable out of the catalog")
+	flag.BoolVar(&cfg.ForgetfulLastOperation, "forgetful-last-operation", false, `answer every last_operation without "operation" with state failed, "The operation could not be found."`)
+	flag.BoolVar(&cfg.LoseFirstAnswer, "lose-first-answer", false, "carry out the first create of each instance and binding id, then drop the connection instead of answering")
 	flag.Parse()
 	if err := run(*listen, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "illbroker:", err)
@@ -46,7 +48,8 @@ func run(listen string, cfg illbroker.Config) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	slog.Info("Serving", "addr", l.Addr().String(), "seed", cfg.Seed, "async_delay", cfg.AsyncDelay,
-		"fail_rate", cfg.FailRate, "failed_op_rate", cfg.FailedOpRate, "duplicate_status", cfg.DuplicateStatus)
+		"fail_rate", cfg.FailRate, "failed_op_rate", cfg.FailedOpRate, "duplicate_status", cfg.DuplicateStatus,
+		"forgetful_last_operation", cfg.ForgetfulLastOperation, "lose_first_answer", cfg.LoseFirstAnswer)
 	srv := &http.Server{Handler: illbroker.New(cfg), ReadHeaderTimeout: 10 * time.Second}
 	return srv.Serve(l)
 }
