@@ -75,17 +75,17 @@ func UserLookNeeded(d driver.Driver) bool {
 type Creation uint8
 
 const (
-	// NotAttempted: the record holds no attempt to create it. An unmarked
-	// resource under the name is someone else's.
+	// NotAttempted means the record holds no attempt to create it. An
+	// unmarked resource under the name is someone else's.
 	NotAttempted Creation = iota
-	// Unconfirmed: the record holds the attempt and not its result (the
+	// Unconfirmed means the record holds the attempt and not its result (the
 	// crash window between the create call and the write of its result,
 	// or a create that failed). An unmarked resource under the name may be
 	// the caller's own, and is adopted.
 	Unconfirmed
-	// Created: the record says it was created and marked. A resource under
-	// the name without the caller's mark was changed by someone since, and
-	// every step refuses it with ErrMarkLost.
+	// Created means the record says it was created and marked. A resource
+	// under the name without the caller's mark was changed by someone
+	// since, and every step refuses it with ErrMarkLost.
 	Created
 )
 
