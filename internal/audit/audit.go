@@ -57,6 +57,7 @@ const (
 	KindLeak       Kind = "leak"
 	KindMissing    Kind = "missing"
 	KindUnknownKey Kind = "unknown-key"
+	KindMarkLost   Kind = "mark-lost"
 )
 
 // Resource types.
@@ -409,7 +410,7 @@ func (j *judge) leak(s *stream, res *resource) {
 // being the judged resource of its name or nil: a candidate, reported
 // once the inventory is in if a second look (confirm) agrees.
 func (j *judge) missing(ctx context.Context, r *engine.Record, res *resource) error {
-	if r.Phase != engine.PhaseReady || !r.Op.Finished() {
+	if !r.Op.Finished() || (r.Phase != engine.PhaseReady && !failedCreated(r)) {
 		return nil
 	}
 	if j.noDriver {
@@ -429,6 +430,13 @@ func (j *judge) missing(ctx context.Context, r *engine.Record, res *resource) er
 	return nil
 }
 
+// failedCreated reports a record whose deprovision or unbind failed after
+// its resource was created and marked: its resource is judged for a lost
+// mark only (a missing one is on its way out).
+func failedCreated(r *engine.Record) bool {
+	return r.Phase == engine.PhaseFailed && ((r.Kind == engine.KindInstance && r.BucketCreated) || (r.Kind == engine.KindBinding && r.UserCreated))
+}
+
 // candidate is a finding of a missing resource, confirmed once the
 // inventory is in (confirmPending), and what it needs of its record.
 type candidate struct {
@@ -439,7 +447,8 @@ type candidate struct {
 // trimmed is what a candidate keeps of its record.
 func trimmed(r *engine.Record) *engine.Record {
 	return &engine.Record{Kind: r.Kind, ID: r.ID, Version: r.Version, Phase: r.Phase, Op: engine.Operation{State: r.Op.State},
-		Bucket: r.Bucket, UserName: r.UserName, Owner: r.Owner, AccessKeyID: r.AccessKeyID}
+		Bucket: r.Bucket, UserName: r.UserName, Owner: r.Owner, AccessKeyID: r.AccessKeyID,
+		BucketCreated: r.BucketCreated, UserCreated: r.UserCreated}
 }
 
 // missingFinding returns the finding of the ready record r, whose
@@ -508,15 +517,17 @@ func (j *judge) confirm(ctx context.Context, r *engine.Record, f Finding) error 
 	if err != nil {
 		return fmt.Errorf("look again at the %s of %s: %w", f.Resource, recordName(r), err)
 	}
-	switch r.Kind {
-	case engine.KindInstance:
-		if obs.BucketExists && obs.BucketOwner == r.Owner {
-			return nil
-		}
-	case engine.KindBinding:
-		if obs.UserExists && obs.UserOwner == r.Owner && slices.Contains(obs.KeyIDs, r.AccessKeyID) {
-			return nil
-		}
+	exists, owner := obs.BucketExists, obs.BucketOwner
+	if r.Kind == engine.KindBinding {
+		exists, owner = obs.UserExists, obs.UserOwner
+	}
+	switch {
+	case exists && owner != r.Owner:
+		f = markLost(r, f, owner)
+	case r.Phase != engine.PhaseReady:
+		return nil // gone, or marked: nothing lost
+	case exists && (r.Kind == engine.KindInstance || slices.Contains(obs.KeyIDs, r.AccessKeyID)):
+		return nil
 	}
 	now, err := j.store.Get(ctx, r.Kind, r.ID)
 	if err != nil {
@@ -529,6 +540,24 @@ func (j *judge) confirm(ctx context.Context, r *engine.Record, f Finding) error 
 	}
 	j.rep.Findings = append(j.rep.Findings, f)
 	return nil
+}
+
+// markLost turns f, a finding about the resource of r, into the finding
+// that it exists without r's mark (owner is the mark it carries, if any):
+// the record says it was created and marked, so someone removed or
+// replaced the mark. The broker refuses to delete it (internal/ensure),
+// and so does Fix.
+func markLost(r *engine.Record, f Finding, owner string) Finding {
+	f.Kind, f.Name, f.User = KindMarkLost, r.ResourceName(), ""
+	f.Resource = ResourceBucket
+	undo := "deprovision"
+	if r.Kind == engine.KindBinding {
+		f.Resource, undo = ResourceUser, "unbind"
+	}
+	f.Detail = fmt.Sprintf("exists without the owner mark it was created with (removed outside the broker)%s", otherMark(owner, owner != ""))
+	f.Action = fmt.Sprintf("not fixed: the broker deletes nothing without its mark, and the %s fails; put the mark %q back, or delete the %s yourself, then %s again",
+		undo, r.Owner, f.Resource, undo)
+	return f
 }
 
 func otherMark(owner string, found bool) string {

@@ -25,6 +25,12 @@
 //     without its user or without the key it handed out.
 //   - unknown-key: a key of a live binding's user other than the one the
 //     record holds.
+//   - mark-lost: the bucket or user of a ready record, or of one whose
+//     deprovision or unbind failed after it was created
+//     (Record.BucketCreated, UserCreated), exists without the record's
+//     owner mark (none, or another owner's): someone removed or replaced
+//     it, and the broker refuses to delete it (internal/ensure). Found as a
+//     missing one is, and confirmed by the same second look.
 //
 // # Upstream records
 //
@@ -51,7 +57,8 @@
 // owner mark again before it deletes anything: a leaked bucket with
 // DeleteBucket (only when empty, unless purge is asked for), a leaked user
 // with RevokeCredential (keys, policies, then the user), an unknown key with
-// DeleteAccessKey. Missing resources are reported, never made again: an
+// DeleteAccessKey. A lost mark is reported only: whether the resource is
+// the broker's is for a person to say. Missing resources are reported, never made again: an
 // empty bucket would hide that the data is gone, and a new key is useless
 // to an application that holds the old one. The platform must deprovision
 // and provision (unbind and bind) again.

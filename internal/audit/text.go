@@ -51,10 +51,14 @@ func (r *Report) summary() string {
 			remaining++
 		}
 	}
-	s := fmt.Sprintf("%d findings: %d leaks, %d missing, %d unknown keys.", len(r.Findings), counts[KindLeak], counts[KindMissing], counts[KindUnknownKey])
-	if counts[KindDiffers] > 0 {
-		s = fmt.Sprintf("%d findings: %d leaks, %d missing, %d unknown keys, %d differing upstream.", len(r.Findings), counts[KindLeak], counts[KindMissing], counts[KindUnknownKey], counts[KindDiffers])
+	s := fmt.Sprintf("%d findings: %d leaks, %d missing, %d unknown keys", len(r.Findings), counts[KindLeak], counts[KindMissing], counts[KindUnknownKey])
+	if counts[KindMarkLost] > 0 {
+		s += fmt.Sprintf(", %d with their owner mark lost", counts[KindMarkLost])
 	}
+	if counts[KindDiffers] > 0 {
+		s += fmt.Sprintf(", %d differing upstream", counts[KindDiffers])
+	}
+	s += "."
 	if r.Fixed {
 		s += fmt.Sprintf(" Fixed %d; %d remain.", fixed, remaining)
 	}

@@ -177,6 +177,7 @@ func (b *bindCall) again(ctx context.Context, rec *Record) error {
 // reuseDeleted readies a deleted binding's record for its id's next bind.
 func (b *bindCall) reuseDeleted(ctx context.Context, rec *Record) {
 	rec.AccessKeyID, rec.SealedSecret = "", nil
+	rec.UserCreated = false
 	if b.up != "" || rec.Upstream != "" {
 		// The id may come back for another service: the names are those
 		// of the service asked for now.
@@ -376,7 +377,7 @@ func (e *Engine) Unbind(ctx context.Context, req UnbindRequest) (Result, error) 
 		case PhaseDeprovisioning:
 			return e.inFlight(ctx, rec, req.AcceptsIncomplete)
 		}
-		rec.Phase = PhaseDeprovisioning
+		rec.startDeletion()
 		rec.startOp(e.newOp(OpUnbind, req.AcceptsIncomplete, req.Identity))
 		if err := e.save(ctx, rec); errors.Is(err, ErrStale) {
 			continue

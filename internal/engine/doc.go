@@ -28,8 +28,10 @@
 //     ObjectBucketClaim door: the record's BucketAttempted and
 //     UserAttempted hold the look before the first create attempt (none at
 //     a user name where the driver says user marks are atomic:
-//     ensure.UserLookNeeded), and the steps (steps.go) call ensure for
-//     every create, adopt and delete.
+//     ensure.UserLookNeeded), BucketCreated and UserCreated its result
+//     (written with the provision's or bind's success: from then on a
+//     missing mark fails the deletion, ensure.ErrMarkLost), and the steps
+//     (steps.go) call ensure for every create, adopt and delete.
 //   - Resume, don't abandon: Start picks up every unfinished operation.
 //     At most Options.Workers operations run at once; the others wait in a
 //     queue (queue.go), work a request has just started first, and a worker

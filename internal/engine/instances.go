@@ -106,6 +106,7 @@ func (e *Engine) provisionFrom(ctx context.Context, p provisioning, first stored
 					rec.Bucket, rec.Owner = driver.BucketName(e.prefix, string(KindInstance), rec.ID), driver.OwnerMark(string(KindInstance), rec.ID)
 					rec.BucketAttempted = e.bucketFree(ctx, rec, how)
 				}
+				rec.BucketCreated = false
 			}
 			rec.UpstreamOp = UpstreamOp{}
 			rec.Request, rec.Fingerprint, rec.Phase = r, fp, PhaseProvisioning
@@ -517,7 +518,7 @@ func (e *Engine) Deprovision(ctx context.Context, req DeprovisionRequest) (Resul
 			return Result{}, fmt.Errorf("%w: instance %s is being updated", ErrConcurrency, req.InstanceID)
 		}
 		halting := rec.Phase == PhaseProvisioning
-		rec.Phase = PhaseDeprovisioning
+		rec.startDeletion()
 		rec.startOp(e.newOp(OpDeprovision, req.AcceptsIncomplete, req.Identity))
 		if err := e.save(ctx, rec); errors.Is(err, ErrStale) {
 			continue

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/bucketbroker/bucketbroker/internal/ensure"
 	"github.com/bucketbroker/bucketbroker/internal/jsonnest"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
@@ -158,6 +159,15 @@ type Record struct {
 	// bucket. It lets a retry adopt an unmarked bucket it created itself,
 	// and a deprovision mark such a bucket and delete it.
 	BucketAttempted bool `json:"bucketAttempted,omitempty"`
+	// BucketCreated is set in the write that ends a successful provision:
+	// the bucket was created and carries Owner. Until then (the crash
+	// window between the create call and that write, or a provision that
+	// failed) an unmarked bucket under the name may be this record's own
+	// and is adopted; from then on a bucket without the mark was changed
+	// by someone, and is never adopted or deleted (internal/ensure's
+	// Creation). A record written before the field gets it when its
+	// deprovision starts from ready.
+	BucketCreated bool `json:"bucketCreated,omitempty"`
 
 	// UserName, UserAttempted, Access, AccessKeyID and SealedSecret are
 	// for bindings.
@@ -170,9 +180,13 @@ type Record struct {
 	// clears the flag. Where the driver says the backend marks a new user
 	// in the same write (ensure.UserLookNeeded), the bind neither looks nor
 	// sets it: no user of ours is ever unmarked there.
-	UserAttempted bool   `json:"userAttempted,omitempty"`
-	Access        string `json:"access,omitempty"`
-	AccessKeyID   string `json:"accessKeyId,omitempty"`
+	UserAttempted bool `json:"userAttempted,omitempty"`
+	// UserCreated is BucketCreated for the binding's user: set in the
+	// write that ends a successful bind (where no attempt is recorded,
+	// too), cleared with UserAttempted by the unbind that revoked it.
+	UserCreated bool   `json:"userCreated,omitempty"`
+	Access      string `json:"access,omitempty"`
+	AccessKeyID string `json:"accessKeyId,omitempty"`
 	// SealedSecret is the secret access key, encrypted with the engine's
 	// sealer (AES-GCM). The plain secret is never stored.
 	SealedSecret []byte `json:"sealedSecret,omitempty"`
@@ -226,6 +240,28 @@ func (r *Record) ResourceName() string {
 		return r.UserName
 	}
 	return r.Bucket
+}
+
+// bucketCreation is what the record says of its bucket's creation.
+func (r *Record) bucketCreation() ensure.Creation {
+	return ensure.CreationOf(r.BucketAttempted, r.BucketCreated)
+}
+
+// userCreation is what the record says of its user's creation.
+func (r *Record) userCreation() ensure.Creation {
+	return ensure.CreationOf(r.UserAttempted, r.UserCreated)
+}
+
+// startDeletion moves the record to deprovisioning, for a deprovision or
+// an unbind. A ready bucket record's resource was created and marked: a
+// record written before BucketCreated and UserCreated existed gets them
+// here, so that its deletion refuses a resource whose mark was removed.
+func (r *Record) startDeletion() {
+	if r.Phase == PhaseReady && r.Upstream == "" {
+		r.BucketCreated = r.BucketCreated || (r.Kind == KindInstance && r.BucketAttempted)
+		r.UserCreated = r.UserCreated || r.Kind == KindBinding
+	}
+	r.Phase = PhaseDeprovisioning
 }
 
 // Clone returns a deep copy, so that callers can change it freely.

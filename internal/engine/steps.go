@@ -48,7 +48,7 @@ func (e *Engine) step(ctx context.Context, rec *Record, what string, call func(c
 			// wrote the record, and this one must do nothing more.
 			return err
 		}
-		if driver.Permanent(err) {
+		if driver.Permanent(err) || errors.Is(err, ensure.ErrMarkLost) {
 			return giveUp{fmt.Errorf("%s: %w", what, err)}
 		}
 		if time.Now().After(rec.Op.Deadline) {
@@ -107,6 +107,12 @@ func (e *Engine) finish(ctx context.Context, rec *Record, err error) error {
 	switch op.Type {
 	case OpProvision, OpBind:
 		rec.Phase = pick(ok, PhaseReady, PhaseFailed)
+		if ok && rec.Upstream == "" {
+			// The bucket or user is there with our mark: from now on a
+			// missing mark is someone's change (internal/ensure).
+			rec.BucketCreated = rec.BucketCreated || rec.Kind == KindInstance
+			rec.UserCreated = rec.UserCreated || rec.Kind == KindBinding
+		}
 	case OpUpdate:
 		rec.Phase = PhaseReady // a failed update leaves the instance as it was
 		if ok && op.Target != nil {
@@ -151,7 +157,7 @@ func (e *Engine) provision(ctx context.Context, rec *Record) error {
 	}
 	err := e.step(ctx, rec, "create bucket", func(ctx context.Context) error {
 		return ensure.Bucket(ctx, e.driver, driver.BucketSpec{Name: rec.Bucket, Owner: rec.Owner, Tags: p.Labels,
-			Versioning: e.versioning(rec.Request)}, rec.BucketAttempted)
+			Versioning: e.versioning(rec.Request)}, rec.bucketCreation())
 	})
 	if errors.Is(err, driver.ErrInvalid) {
 		// Refused for good, perhaps after the bucket was created (S3
@@ -175,10 +181,11 @@ func (e *Engine) update(ctx context.Context, rec *Record) error {
 	if err := decodeParams(target.Parameters, &p); err != nil {
 		return e.finish(ctx, rec, fmt.Errorf("stored parameters: %w", err))
 	}
-	// A provisioned bucket carries our mark: an update adopts nothing.
+	// A provisioned bucket carries our mark: an update adopts nothing, and
+	// fails on a bucket whose mark was removed (ensure.ErrMarkLost).
 	err := e.step(ctx, rec, "update bucket", func(ctx context.Context) error {
 		return ensure.Bucket(ctx, e.driver, driver.BucketSpec{Name: rec.Bucket, Owner: rec.Owner, Tags: p.Labels,
-			Versioning: e.versioning(*target)}, false)
+			Versioning: e.versioning(*target)}, ensure.Created)
 	})
 	if err != nil {
 		return e.fail(ctx, rec, err)
@@ -197,12 +204,16 @@ func (e *Engine) deprovision(ctx context.Context, rec *Record) error {
 			return e.finish(ctx, rec, err)
 		}
 		err = e.step(ctx, rec, "delete bucket", func(ctx context.Context) error {
-			return ensure.DeleteBucket(ctx, e.driver, rec.Bucket, rec.Owner, purge, rec.BucketAttempted)
+			return ensure.DeleteBucket(ctx, e.driver, rec.Bucket, rec.Owner, purge, rec.bucketCreation())
 		})
 		if errors.Is(err, driver.ErrOwnedByOther) {
-			// Another owner's mark: never deleted, not ours to clean.
+			// Another owner's mark, on a bucket this instance never
+			// created: never deleted, not ours to clean.
 			e.log.Warn("Bucket is not this instance's; left in place", "id", rec.ID, "bucket", rec.Bucket)
 			err = nil
+		}
+		if errors.Is(err, ensure.ErrMarkLost) {
+			err = giveUp{fmt.Errorf("%w; nothing was deleted: put the owner mark back, or delete the bucket yourself, then deprovision again", err)}
 		}
 		if errors.Is(err, driver.ErrBucketNotEmpty) {
 			// The driver's text says what the bucket holds; the advice
@@ -267,7 +278,7 @@ func (e *Engine) revokeBindings(ctx context.Context, inst *Record) error {
 				// platform user who caused this unbind.
 				b.startOp(e.newOp(OpUnbind, true, inst.Op.Identity))
 				b.Op.Deadline = inst.Op.Deadline
-				b.Phase = PhaseDeprovisioning
+				b.startDeletion()
 				if err := e.save(ctx, b); err != nil && !errors.Is(err, ErrStale) {
 					return err
 				}
@@ -434,7 +445,7 @@ func (e *Engine) newKey(ctx context.Context, rec *Record) (cred driver.Credentia
 			UserName: rec.UserName, Owner: rec.Owner, Bucket: rec.Bucket,
 			Access: driver.Access(rec.Access), KeepOtherKeys: true,
 		}
-		cred, err = ensure.Credential(ctx, e.driver, spec, rec.UserAttempted)
+		cred, err = ensure.Credential(ctx, e.driver, spec, rec.userCreation())
 		var full *driver.KeyLimitError
 		if !errors.As(err, &full) {
 			return err
@@ -447,7 +458,7 @@ func (e *Engine) newKey(ctx context.Context, rec *Record) (cred driver.Credentia
 				spec.EvictKeyIDs = append(spec.EvictKeyIDs, id)
 			}
 		}
-		cred, err = ensure.Credential(ctx, e.driver, spec, rec.UserAttempted)
+		cred, err = ensure.Credential(ctx, e.driver, spec, rec.userCreation())
 		return err
 	})
 	return cred, err
@@ -461,7 +472,7 @@ func (e *Engine) onlyKey(ctx context.Context, rec *Record) (cred driver.Credenti
 		cred, err = ensure.Credential(ctx, e.driver, driver.CredentialSpec{
 			UserName: rec.UserName, Owner: rec.Owner, Bucket: rec.Bucket,
 			Access: driver.Access(rec.Access), KeepKeyID: rec.AccessKeyID, RequireKeepKey: true,
-		}, rec.UserAttempted)
+		}, rec.userCreation())
 		if gone = errors.Is(err, driver.ErrKeyGone); gone {
 			return nil // not a backend failure: no retry
 		}
@@ -555,20 +566,23 @@ func (e *Engine) dropKey(ctx context.Context, rec *Record, keyID string) {
 
 func (e *Engine) unbind(ctx context.Context, rec *Record) error {
 	err := e.step(ctx, rec, "revoke credential", func(ctx context.Context) error {
-		return ensure.RevokeUser(ctx, e.driver, rec.UserName, rec.Owner, rec.Bucket, rec.UserAttempted)
+		return ensure.RevokeUser(ctx, e.driver, rec.UserName, rec.Owner, rec.Bucket, rec.userCreation())
 	})
 	if errors.Is(err, driver.ErrOwnedByOther) {
 		// Never deleted: not ours (another owner's mark, or no mark and
-		// no attempt recorded).
+		// no attempt recorded, on a user this binding never created).
 		e.log.Warn("Backend user is not this binding's, or is not marked; left in place", "id", rec.ID, "user", rec.UserName)
 		err = nil
+	}
+	if errors.Is(err, ensure.ErrMarkLost) {
+		err = giveUp{fmt.Errorf("%w; nothing was deleted: put the owner mark back, or delete the user yourself, then unbind again", err)}
 	}
 	if err != nil {
 		return e.fail(ctx, rec, err)
 	}
 	// Nothing of ours is left under the name: the user is gone, or what
 	// is there is someone else's. A bind of this id again looks first.
-	rec.UserAttempted = false
+	rec.UserAttempted, rec.UserCreated = false, false
 	crashpoint.Hit(crashpoint.UnbindUserRevoked)
 	return e.finish(ctx, rec, nil)
 }
@@ -586,7 +600,7 @@ func (e *Engine) removeRefused(ctx context.Context, rec *Record, refused error) 
 		return e.finish(ctx, rec, refused)
 	}
 	err := e.step(ctx, rec, "remove refused bucket", func(ctx context.Context) error {
-		return ensure.DeleteBucket(ctx, e.driver, rec.Bucket, rec.Owner, false, rec.BucketAttempted)
+		return ensure.DeleteBucket(ctx, e.driver, rec.Bucket, rec.Owner, false, rec.bucketCreation())
 	})
 	if e.interrupted(ctx, err) {
 		return err
@@ -606,7 +620,7 @@ func (e *Engine) removeRefused(ctx context.Context, rec *Record, refused error) 
 // only such a user is revoked; an unmarked one is someone else's and stays.
 func (e *Engine) revokeRefused(ctx context.Context, rec *Record, refused error) error {
 	err := e.step(ctx, rec, "revoke refused credential", func(ctx context.Context) error {
-		return ensure.RevokeUser(ctx, e.driver, rec.UserName, rec.Owner, rec.Bucket, rec.UserAttempted)
+		return ensure.RevokeUser(ctx, e.driver, rec.UserName, rec.Owner, rec.Bucket, rec.userCreation())
 	})
 	if e.interrupted(ctx, err) {
 		return err

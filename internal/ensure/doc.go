@@ -18,20 +18,30 @@
 //     annotations), and the record is written before any Ensure call. A
 //     name that is taken (another owner's mark, or no mark at all) is
 //     never recorded: the caller fails the request and touches nothing.
-//   - Adopt an unmarked resource only with a recorded attempt. Bucket and
-//     Credential pass driver.BucketSpec.AdoptUnmarked and
-//     driver.CredentialSpec.AdoptUnmarked only when the caller says the
-//     record holds the attempt (or, for a bucket, holds other durable
-//     evidence that it is the caller's: spec.AdoptUnmarked). Another
-//     owner's mark is never adopted.
-//   - A delete or revoke refused as not ours, with the attempt recorded,
-//     means "ours, left unmarked by a crash": DeleteBucket and RevokeUser
-//     mark it (the Ensure call with AdoptUnmarked) and then delete it, or
-//     nothing would ever find it again (no audit lists an unmarked
-//     resource). The usual path makes no extra call. Adopting a user makes
-//     a key nobody holds (read-only, the least a key needs); the revoke
-//     that follows deletes it with the user, and a crash in between leaves
-//     a marked user that the resumed deletion revokes.
+//   - Adopt an unmarked resource only while its creation is unconfirmed:
+//     the record holds the attempt and not yet its result (Creation
+//     Unconfirmed: the crash window between the create call and the write
+//     of its result, or a create that failed). Bucket and Credential pass
+//     driver.BucketSpec.AdoptUnmarked and driver.CredentialSpec.AdoptUnmarked
+//     only then (or, for a bucket, with other durable evidence that it is
+//     the caller's: spec.AdoptUnmarked, short of Created). Another owner's
+//     mark is never adopted.
+//   - Once the record says the resource was created and marked (Created:
+//     the engine's BucketCreated and UserCreated, written with a provision's
+//     or bind's success; a Bound ObjectBucket), a resource under the name
+//     without the caller's mark (none, or another owner's) was changed by
+//     someone: every step refuses it with ErrMarkLost and changes nothing.
+//     The caller's operation fails, naming the resource and what to do (put
+//     the mark back, or remove the resource by hand), and the leak audit
+//     reports it (mark-lost); it is never deleted, whatever its contents.
+//   - A delete or revoke refused as not ours, with the creation
+//     unconfirmed, means "ours, left unmarked by a crash": DeleteBucket and
+//     RevokeUser mark it (the Ensure call with AdoptUnmarked) and then
+//     delete it, or nothing would ever find it again (no audit lists an
+//     unmarked resource). The usual path makes no extra call. Adopting a
+//     user makes a key nobody holds (read-only, the least a key needs); the
+//     revoke that follows deletes it with the user, and a crash in between
+//     leaves a marked user that the resumed deletion revokes.
 //   - Another owner's mark, or no mark and no attempt recorded: never
 //     deleted. DeleteBucket and RevokeUser answer driver.ErrOwnedByOther
 //     and change nothing; the caller leaves it in place and says so (a log
@@ -66,9 +76,9 @@
 // tagging. A server that drops the element, or refuses it, is known from
 // its first new bucket, and the mark is then written in its own call for
 // the process's life; a server changed under a running process to one
-// that drops it would leave new buckets unmarked, with their attempt
-// recorded: deleted as an unmarked bucket of the caller's own is
-// (DeleteBucket), unlisted by the leak audit meanwhile.
+// that drops it would leave new buckets unmarked behind a provision that
+// succeeded: refused as changed (ErrMarkLost) and reported by the leak
+// audit (mark-lost), never deleted.
 //
 // One rule is about keys rather than names, and only the engine needs it
 // (two replicas can hold one binding's operation at once, a process paused

@@ -70,56 +70,117 @@ func UserLookNeeded(d driver.Driver) bool {
 	return !ok || !m.AtomicUserMarks()
 }
 
+// Creation is what the caller's record says of its creation of a bucket
+// or a user (see the package documentation).
+type Creation uint8
+
+const (
+	// NotAttempted means the record holds no attempt to create it. An
+	// unmarked resource under the name is someone else's.
+	NotAttempted Creation = iota
+	// Unconfirmed means the record holds the attempt and not its result (the
+	// crash window between the create call and the write of its result,
+	// or a create that failed). An unmarked resource under the name may be
+	// the caller's own, and is adopted.
+	Unconfirmed
+	// Created means the record says it was created and marked. A resource
+	// under the name without the caller's mark was changed by someone
+	// since, and every step refuses it with ErrMarkLost.
+	Created
+)
+
+// CreationOf is the Creation of a record that holds the attempt
+// (attempted) and the result (created).
+func CreationOf(attempted, created bool) Creation {
+	switch {
+	case created:
+		return Created
+	case attempted:
+		return Unconfirmed
+	}
+	return NotAttempted
+}
+
+// ErrMarkLost is the answer of a step for a resource that the caller's
+// record says it created and marked (Created) and that exists without the
+// caller's mark: no mark, or another owner's. The step changed nothing.
+var ErrMarkLost = errors.New("removed or replaced outside the broker")
+
+func markLost(what, name, owner string) error {
+	return fmt.Errorf("%s %q exists without owner mark %q, which it was created with: %w", what, name, owner, ErrMarkLost)
+}
+
 // Bucket makes spec so (driver.Driver.EnsureBucket), adopting an unmarked
-// bucket under the name only when attempted says the caller's record holds
-// the attempt to create it, or spec.AdoptUnmarked other durable evidence
-// that it is the caller's. Another owner's bucket is driver.ErrOwnedByOther.
-func Bucket(ctx context.Context, d driver.Driver, spec driver.BucketSpec, attempted bool) error {
-	spec.AdoptUnmarked = spec.AdoptUnmarked || attempted
-	return d.EnsureBucket(ctx, spec)
+// bucket under the name only while its creation is Unconfirmed, or, short
+// of Created, with spec.AdoptUnmarked (other durable evidence that it is
+// the caller's). Another owner's bucket is driver.ErrOwnedByOther; any
+// bucket without the caller's mark is ErrMarkLost once Created.
+func Bucket(ctx context.Context, d driver.Driver, spec driver.BucketSpec, c Creation) error {
+	spec.AdoptUnmarked = c == Unconfirmed || (spec.AdoptUnmarked && c != Created)
+	err := d.EnsureBucket(ctx, spec)
+	if c == Created && errors.Is(err, driver.ErrOwnedByOther) {
+		return markLost("bucket", spec.Name, spec.Owner)
+	}
+	return err
 }
 
 // Credential makes spec so (driver.Driver.EnsureCredential), adopting an
-// unmarked user under the name only when attempted says the caller's record
-// holds the attempt to create it. Another owner's user is
-// driver.ErrOwnedByOther.
-func Credential(ctx context.Context, d driver.Driver, spec driver.CredentialSpec, attempted bool) (driver.Credential, error) {
-	spec.AdoptUnmarked = attempted
-	return d.EnsureCredential(ctx, spec)
+// unmarked user under the name only while its creation is Unconfirmed.
+// Another owner's user is driver.ErrOwnedByOther; any user without the
+// caller's mark is ErrMarkLost once Created.
+func Credential(ctx context.Context, d driver.Driver, spec driver.CredentialSpec, c Creation) (driver.Credential, error) {
+	spec.AdoptUnmarked = c == Unconfirmed
+	cred, err := d.EnsureCredential(ctx, spec)
+	if c == Created && errors.Is(err, driver.ErrOwnedByOther) {
+		return cred, markLost("user", spec.UserName, spec.Owner)
+	}
+	return cred, err
 }
 
 // DeleteBucket deletes the bucket if it is the owner's: it carries the
-// owner's mark, or it carries none and attempted says the caller's record
-// holds the attempt to create it (then it is marked first, and deleted). A
-// missing bucket is success; any other is driver.ErrOwnedByOther, left as
-// it is. With purge, a bucket's objects are deleted with it; without,
+// owner's mark, or it carries none and its creation is Unconfirmed (then it
+// is marked first, and deleted). A missing bucket is success. Any other is
+// left as it is: ErrMarkLost when Created, driver.ErrOwnedByOther
+// otherwise. With purge, a bucket's objects are deleted with it; without,
 // a non-empty bucket is driver.ErrBucketNotEmpty.
-func DeleteBucket(ctx context.Context, d driver.Driver, name, owner string, purge, attempted bool) error {
+func DeleteBucket(ctx context.Context, d driver.Driver, name, owner string, purge bool, c Creation) error {
 	err := d.DeleteBucket(ctx, name, owner, purge)
-	if !attempted || !errors.Is(err, driver.ErrOwnedByOther) {
+	if !errors.Is(err, driver.ErrOwnedByOther) {
 		return err
 	}
-	if err := d.EnsureBucket(ctx, driver.BucketSpec{Name: name, Owner: owner, AdoptUnmarked: true}); err != nil {
-		return fmt.Errorf("mark bucket %q before deleting it: %w", name, err)
+	switch c {
+	case Created:
+		return markLost("bucket", name, owner)
+	case Unconfirmed:
+		if err := d.EnsureBucket(ctx, driver.BucketSpec{Name: name, Owner: owner, AdoptUnmarked: true}); err != nil {
+			return fmt.Errorf("mark bucket %q before deleting it: %w", name, err)
+		}
+		return d.DeleteBucket(ctx, name, owner, purge)
 	}
-	return d.DeleteBucket(ctx, name, owner, purge)
+	return err
 }
 
 // RevokeUser deletes the user, its keys and policies if it is the owner's:
-// it carries the owner's mark, or it carries none and attempted says the
-// caller's record holds the attempt to create it (then it is marked first,
-// with a read-only key in bucket that nobody holds, and revoked). A missing
-// user is success; any other is driver.ErrOwnedByOther, left as it is.
-func RevokeUser(ctx context.Context, d driver.Driver, user, owner, bucket string, attempted bool) error {
+// it carries the owner's mark, or it carries none and its creation is
+// Unconfirmed (then it is marked first, with a read-only key in bucket that
+// nobody holds, and revoked). A missing user is success. Any other is left
+// as it is: ErrMarkLost when Created, driver.ErrOwnedByOther otherwise.
+func RevokeUser(ctx context.Context, d driver.Driver, user, owner, bucket string, c Creation) error {
 	err := d.RevokeCredential(ctx, user, owner)
-	if !attempted || !errors.Is(err, driver.ErrOwnedByOther) {
+	if !errors.Is(err, driver.ErrOwnedByOther) {
 		return err
 	}
-	_, err = d.EnsureCredential(ctx, driver.CredentialSpec{
-		UserName: user, Owner: owner, Bucket: bucket, Access: driver.AccessReadOnly, AdoptUnmarked: true,
-	})
-	if err != nil {
-		return fmt.Errorf("mark user %q before revoking it: %w", user, err)
+	switch c {
+	case Created:
+		return markLost("user", user, owner)
+	case Unconfirmed:
+		_, err = d.EnsureCredential(ctx, driver.CredentialSpec{
+			UserName: user, Owner: owner, Bucket: bucket, Access: driver.AccessReadOnly, AdoptUnmarked: true,
+		})
+		if err != nil {
+			return fmt.Errorf("mark user %q before revoking it: %w", user, err)
+		}
+		return d.RevokeCredential(ctx, user, owner)
 	}
-	return d.RevokeCredential(ctx, user, owner)
+	return err
 }

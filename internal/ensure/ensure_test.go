@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -278,10 +279,10 @@ func (failingDriver) Observe(context.Context, driver.ObserveRequest) (driver.Obs
 // under the name, whether the caller's record holds the attempt, and what
 // the step must answer and leave.
 type ownership struct {
-	reason    string
-	what      before
-	attempted bool
-	wantErr   error // nil, or the sentinel the error wraps
+	reason   string
+	what     before
+	creation ensure.Creation
+	wantErr  error // nil, or the sentinel the error wraps
 	// What is left under the name: for a delete step, nothing unless it
 	// fails; else a resource marked by wantOwner, or by the caller when
 	// wantMine.
@@ -306,14 +307,14 @@ func deleteCases() map[string]ownership {
 			reason: "A missing resource is success, attempted or not.", what: missing,
 		},
 		"MissingIsSuccessAttempted": {
-			reason: "A missing resource is success, attempted or not.", what: missing, attempted: true,
+			reason: "A missing resource is success, attempted or not.", what: missing, creation: ensure.Unconfirmed,
 		},
 		"Ours": {
 			reason: "A resource with the caller's mark is deleted.", what: ours,
 		},
 		"UnmarkedAttemptedIsAdopted": {
 			reason: "Refused as not ours with the attempt recorded: ours, left unmarked by a crash; marked, then deleted.",
-			what:   unmarked, attempted: true,
+			what:   unmarked, creation: ensure.Unconfirmed,
 		},
 		"UnmarkedNotAttemptedIsRefused": {
 			reason: "No mark and no attempt recorded: someone else's, never deleted or marked.",
@@ -321,14 +322,28 @@ func deleteCases() map[string]ownership {
 		},
 		"OtherOwnerIsNeverDeleted": {
 			reason: "Another owner's mark is never deleted, not even with the attempt recorded.",
-			what:   others, attempted: true, wantErr: driver.ErrOwnedByOther, wantOwner: otherOwner,
+			what:   others, creation: ensure.Unconfirmed, wantErr: driver.ErrOwnedByOther, wantOwner: otherOwner,
+		},
+		"MissingIsSuccessCreated": {
+			reason: "A missing resource is success, also once the record says it was created.", what: missing, creation: ensure.Created,
+		},
+		"OursCreated": {
+			reason: "A resource with the caller's mark is deleted.", what: ours, creation: ensure.Created,
+		},
+		"UnmarkedCreatedIsMarkLost": {
+			reason: "The record says it was created and marked: a missing mark was removed by someone, and nothing is marked or deleted.",
+			what:   unmarked, creation: ensure.Created, wantErr: ensure.ErrMarkLost, wantOwner: "",
+		},
+		"OtherOwnerCreatedIsMarkLost": {
+			reason: "The record says it was created and marked: another owner's mark replaced it, and nothing is deleted.",
+			what:   others, creation: ensure.Created, wantErr: ensure.ErrMarkLost, wantOwner: otherOwner,
 		},
 	}
 }
 
 // step is one ensure step under test, on a bucket or on a user, with the
 // caller's names.
-type step func(ctx context.Context, d driver.Driver, bucket, user, owner string, attempted bool) error
+type step func(ctx context.Context, d driver.Driver, bucket, user, owner string, c ensure.Creation) error
 
 // resource is what a step works on: the bucket, or the user (whose policy
 // names a bucket of the caller's).
@@ -355,7 +370,7 @@ func runSteps(t *testing.T, on resource, cases map[string]ownership, deletes boo
 				b.makeUser(ctx, t, user, owner, tc.what)
 				look = func(ctx context.Context, t *testing.T, _ string) seen { return b.userSeen(ctx, t, user) }
 			}
-			checkErr(t, tc, do(ctx, b.d, bucket, user, owner, tc.attempted))
+			checkErr(t, tc, do(ctx, b.d, bucket, user, owner, tc.creation))
 			if diff := cmp.Diff(tc.want(owner, deletes), look(ctx, t, bucket)); diff != "" {
 				t.Errorf("%s\nleft after the step: -want +got:\n%s", tc.reason, diff)
 			}
@@ -364,28 +379,28 @@ func runSteps(t *testing.T, on resource, cases map[string]ownership, deletes boo
 }
 
 func TestDeleteBucket(t *testing.T) {
-	runSteps(t, aBucket, deleteCases(), true, func(ctx context.Context, d driver.Driver, bucket, _, owner string, attempted bool) error {
-		return ensure.DeleteBucket(ctx, d, bucket, owner, false, attempted)
+	runSteps(t, aBucket, deleteCases(), true, func(ctx context.Context, d driver.Driver, bucket, _, owner string, c ensure.Creation) error {
+		return ensure.DeleteBucket(ctx, d, bucket, owner, false, c)
 	})
 }
 
 func TestRevokeUser(t *testing.T) {
-	runSteps(t, aUser, deleteCases(), true, func(ctx context.Context, d driver.Driver, bucket, user, owner string, attempted bool) error {
-		return ensure.RevokeUser(ctx, d, user, owner, bucket, attempted)
+	runSteps(t, aUser, deleteCases(), true, func(ctx context.Context, d driver.Driver, bucket, user, owner string, c ensure.Creation) error {
+		return ensure.RevokeUser(ctx, d, user, owner, bucket, c)
 	})
 }
 
 func ensureCases() map[string]ownership {
 	return map[string]ownership{
 		"MissingIsCreated": {
-			reason: "A missing resource is created, marked.", what: missing, attempted: true, wantMine: true,
+			reason: "A missing resource is created, marked.", what: missing, creation: ensure.Unconfirmed, wantMine: true,
 		},
 		"OursIsKept": {
 			reason: "A resource with the caller's mark is the caller's.", what: ours, wantMine: true,
 		},
 		"UnmarkedAttemptedIsAdopted": {
 			reason: "With the attempt recorded, an unmarked resource is the caller's own: marked.",
-			what:   unmarked, attempted: true, wantMine: true,
+			what:   unmarked, creation: ensure.Unconfirmed, wantMine: true,
 		},
 		"UnmarkedNotAttemptedIsRefused": {
 			reason: "Without the attempt, an unmarked resource is someone else's: refused, left unmarked.",
@@ -393,14 +408,25 @@ func ensureCases() map[string]ownership {
 		},
 		"OtherOwnerIsNeverAdopted": {
 			reason: "Another owner's mark is never adopted, not even with the attempt recorded.",
-			what:   others, attempted: true, wantErr: driver.ErrOwnedByOther, wantOwner: otherOwner,
+			what:   others, creation: ensure.Unconfirmed, wantErr: driver.ErrOwnedByOther, wantOwner: otherOwner,
+		},
+		"OursCreatedIsKept": {
+			reason: "A resource with the caller's mark is the caller's.", what: ours, creation: ensure.Created, wantMine: true,
+		},
+		"UnmarkedCreatedIsMarkLost": {
+			reason: "The record says it was created and marked: an unmarked one is someone's change, never adopted.",
+			what:   unmarked, creation: ensure.Created, wantErr: ensure.ErrMarkLost, wantOwner: "",
+		},
+		"OtherOwnerCreatedIsMarkLost": {
+			reason: "The record says it was created and marked: another owner's mark is someone's change, never adopted.",
+			what:   others, creation: ensure.Created, wantErr: ensure.ErrMarkLost, wantOwner: otherOwner,
 		},
 	}
 }
 
 func TestBucket(t *testing.T) {
-	runSteps(t, aBucket, ensureCases(), false, func(ctx context.Context, d driver.Driver, bucket, _, owner string, attempted bool) error {
-		return ensure.Bucket(ctx, d, driver.BucketSpec{Name: bucket, Owner: owner}, attempted)
+	runSteps(t, aBucket, ensureCases(), false, func(ctx context.Context, d driver.Driver, bucket, _, owner string, c ensure.Creation) error {
+		return ensure.Bucket(ctx, d, driver.BucketSpec{Name: bucket, Owner: owner}, c)
 	})
 }
 
@@ -411,7 +437,7 @@ func TestBucketOtherEvidence(t *testing.T) {
 	ctx := context.Background()
 	bucket, _, owner := names()
 	b.makeBucket(ctx, t, bucket, owner, unmarked)
-	if err := ensure.Bucket(ctx, b.d, driver.BucketSpec{Name: bucket, Owner: owner, AdoptUnmarked: true}, false); err != nil {
+	if err := ensure.Bucket(ctx, b.d, driver.BucketSpec{Name: bucket, Owner: owner, AdoptUnmarked: true}, ensure.NotAttempted); err != nil {
 		t.Fatalf("Bucket with spec.AdoptUnmarked: %v", err)
 	}
 	if got, want := b.bucketSeen(ctx, t, bucket), (seen{Exists: true, Owner: owner}); got != want {
@@ -419,11 +445,28 @@ func TestBucketOtherEvidence(t *testing.T) {
 	}
 }
 
+// TestBucketOtherEvidenceNotOnceCreated: the other evidence is of a
+// creation the record has not confirmed; once it says Created, a missing
+// mark was removed by someone, and the evidence adopts nothing.
+func TestBucketOtherEvidenceNotOnceCreated(t *testing.T) {
+	b := newBackend(t)
+	ctx := context.Background()
+	bucket, _, owner := names()
+	b.makeBucket(ctx, t, bucket, owner, unmarked)
+	err := ensure.Bucket(ctx, b.d, driver.BucketSpec{Name: bucket, Owner: owner, AdoptUnmarked: true}, ensure.Created)
+	if !errors.Is(err, ensure.ErrMarkLost) || !strings.Contains(err.Error(), bucket) {
+		t.Errorf("Bucket with spec.AdoptUnmarked, Created = %v; want ErrMarkLost naming %s", err, bucket)
+	}
+	if got, want := b.bucketSeen(ctx, t, bucket), (seen{Exists: true}); got != want {
+		t.Errorf("bucket = %+v, want %+v (left unmarked)", got, want)
+	}
+}
+
 func TestCredential(t *testing.T) {
-	runSteps(t, aUser, ensureCases(), false, func(ctx context.Context, d driver.Driver, bucket, user, owner string, attempted bool) error {
+	runSteps(t, aUser, ensureCases(), false, func(ctx context.Context, d driver.Driver, bucket, user, owner string, c ensure.Creation) error {
 		cred, err := ensure.Credential(ctx, d, driver.CredentialSpec{
 			UserName: user, Owner: owner, Bucket: bucket, Access: driver.AccessReadWrite,
-		}, attempted)
+		}, c)
 		if err == nil && (cred.AccessKeyID == "" || cred.SecretAccessKey == "") {
 			return errors.New("no key made")
 		}
@@ -460,7 +503,7 @@ func TestUserLookNeeded(t *testing.T) {
 		bucket, user, owner := names()
 		b.makeUser(ctx, t, user, owner, what)
 		prior := b.userSeen(ctx, t, user)
-		_, err := ensure.Credential(ctx, b.d, driver.CredentialSpec{UserName: user, Owner: owner, Bucket: bucket, Access: driver.AccessReadOnly}, false)
+		_, err := ensure.Credential(ctx, b.d, driver.CredentialSpec{UserName: user, Owner: owner, Bucket: bucket, Access: driver.AccessReadOnly}, ensure.NotAttempted)
 		after := b.userSeen(ctx, t, user)
 		switch what {
 		case missing, ours:
@@ -471,7 +514,7 @@ func TestUserLookNeeded(t *testing.T) {
 			if !errors.Is(err, driver.ErrOwnedByOther) || after != prior {
 				t.Errorf("before %d: Credential = %v, user %+v after (%+v before), want ErrOwnedByOther and no change", what, err, after, prior)
 			}
-			if err := ensure.RevokeUser(ctx, b.d, user, owner, bucket, false); !errors.Is(err, driver.ErrOwnedByOther) || b.userSeen(ctx, t, user) != prior {
+			if err := ensure.RevokeUser(ctx, b.d, user, owner, bucket, ensure.NotAttempted); !errors.Is(err, driver.ErrOwnedByOther) || b.userSeen(ctx, t, user) != prior {
 				t.Errorf("before %d: RevokeUser = %v, want ErrOwnedByOther and the user left", what, err)
 			}
 		}

@@ -14,9 +14,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -522,5 +524,56 @@ func TestDeletedBeforeAdoption(t *testing.T) {
 				t.Errorf("%s: user left: %+v", tc.reason, obs)
 			}
 		})
+	}
+}
+
+// TestRemovedMarkBlocksDeletion: the S3 root user removes the owner mark
+// of a Bound claim's bucket, then the claim is deleted. A Bound
+// ObjectBucket says the bucket was created and marked, so the missing mark
+// is someone's change, not a crash's: the bucket is never adopted or
+// purged, the claim stays with DeletionBlocked naming the bucket and what
+// to do (its condition and an Event), and once the mark is back the
+// deletion finishes.
+func TestRemovedMarkBlocksDeletion(t *testing.T) {
+	apiServer(t)
+	ctx := testContext(t)
+	ns := namespace(ctx, t, k8s)
+	run := startController(t, runOptions{provisioner: newProvisioner()})
+	class := storageClass(ctx, t, run.provisioner, corev1.PersistentVolumeReclaimDelete, nil)
+	obc := newClaim(ns, "unmarked-later", class, func(s *obv1.ObjectBucketClaimSpec) { s.GenerateBucketName = "unmarked-later" })
+	b := bind(ctx, t, obc)
+	checkCredentials(ctx, t, b, "") // puts an object
+	tags, err := rootS3().GetBucketTagging(ctx, &s3.GetBucketTaggingInput{Bucket: aws.String(b.bucket)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rootS3().DeleteBucketTagging(ctx, &s3.DeleteBucketTaggingInput{Bucket: aws.String(b.bucket)}); err != nil {
+		t.Fatal(err)
+	}
+
+	deleteObj(ctx, t, obc)
+	waitEvent(ctx, t, obc, ReasonDeletionBlocked)
+	got := getClaim(ctx, t, k8s, obc)
+	if keepsConditions() {
+		c := meta.FindStatusCondition(got.Status.Conditions, ConditionProvisioned)
+		if c == nil || c.Reason != ReasonDeletionBlocked || !strings.Contains(c.Message, b.bucket) || !strings.Contains(c.Message, "put the owner mark back") {
+			t.Errorf("condition %s = %+v, want %s naming bucket %s and what to do", ConditionProvisioned, c, ReasonDeletionBlocked, b.bucket)
+		}
+	}
+	if !bucketExists(ctx, t, b.bucket) || bucketOwner(ctx, t, b.bucket) != "" {
+		t.Fatalf("bucket %s after the deletion was blocked: exists %v, owner %q; want it there, unmarked", b.bucket, bucketExists(ctx, t, b.bucket), bucketOwner(ctx, t, b.bucket))
+	}
+	if _, err := rootS3().GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(b.bucket), Key: aws.String("probe")}); err != nil {
+		t.Errorf("object in bucket %s after the deletion was blocked: %v, want it kept", b.bucket, err)
+	}
+
+	if _, err := rootS3().PutBucketTagging(ctx, &s3.PutBucketTaggingInput{Bucket: aws.String(b.bucket),
+		Tagging: &s3types.Tagging{TagSet: tags.TagSet}}); err != nil {
+		t.Fatal(err)
+	}
+	patchAnnotation(ctx, t, obc, "test/poke", "1") // a pass now, not in a minute
+	waitGone(ctx, t, obc)
+	if bucketExists(ctx, t, b.bucket) {
+		t.Errorf("bucket %s left after the mark was put back and the deletion finished", b.bucket)
 	}
 }

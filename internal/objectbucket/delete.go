@@ -102,11 +102,17 @@ func (r *Reconciler) reconcileOrphans(ctx context.Context, key types.NamespacedN
 // said each is gone.
 func (r *Reconciler) undo(ctx context.Context, s *scope, ob *obv1.ObjectBucket) (reconcile.Result, error) {
 	if ob != nil && controllerutil.ContainsFinalizer(ob, Finalizer) {
-		if err := r.cleanBackend(ctx, s, planOf(ob)); err != nil {
+		if err := r.cleanBackend(ctx, s, ob); err != nil {
 			if s.stopped {
 				return reconcile.Result{}, err
 			}
 			s.reason, s.message = ReasonDeletionBlocked, err.Error()
+			if errors.Is(err, ensure.ErrMarkLost) {
+				// Not a backend failure: only a person can unblock it. Said
+				// on the claim and in an Event, and looked at again later.
+				r.event(s, ob, corev1.EventTypeWarning, ReasonDeletionBlocked, "Delete", "%s", err.Error())
+				return reconcile.Result{RequeueAfter: foreignRetry}, nil
+			}
 			return reconcile.Result{}, err
 		}
 	}
@@ -183,15 +189,22 @@ func (r *Reconciler) releaseConfigMap(ctx context.Context, s *scope) error {
 // lifecycle is CPU-bound (docs/performance.md).
 //
 // Which bucket or user is the claim's to delete, marked or left unmarked by
-// a crash, is internal/ensure's rule, given the attempts the record holds.
-func (r *Reconciler) cleanBackend(ctx context.Context, s *scope, p plan) error {
+// a crash, is internal/ensure's rule, given what the record holds: the
+// attempts, and for a Bound ObjectBucket that both were created and
+// marked. One of those without the claim's mark is ensure.ErrMarkLost:
+// the deletion stops there, deleting nothing more, until a person puts the
+// mark back or removes the resource.
+func (r *Reconciler) cleanBackend(ctx context.Context, s *scope, ob *obv1.ObjectBucket) error {
+	p := planOf(ob)
 	if p.user != "" && p.owner != "" {
 		bctx, cancel := backendCtx(ctx)
-		err := ensure.RevokeUser(bctx, r.driver, p.user, p.owner, p.bucket, p.userAttempted)
+		err := ensure.RevokeUser(bctx, r.driver, p.user, p.owner, p.bucket, creation(ob, p.userAttempted))
 		cancel()
 		switch {
 		case errors.Is(err, driver.ErrOwnedByOther):
 			r.event(s, nil, corev1.EventTypeWarning, "UserNotOurs", "Delete", "Backend user %s is not this claim's; left in place", p.user)
+		case errors.Is(err, ensure.ErrMarkLost):
+			return fmt.Errorf("revoke credential: %w; nothing was deleted: put the owner mark back, or delete the user yourself (the deletion is retried every minute)", err)
 		case err != nil:
 			return fmt.Errorf("revoke credential: %w", err)
 		}
@@ -203,13 +216,15 @@ func (r *Reconciler) cleanBackend(ctx context.Context, s *scope, p plan) error {
 		return nil
 	}
 	bctx, cancel := backendCtx(ctx)
-	err := ensure.DeleteBucket(bctx, r.driver, p.bucket, p.owner, true, p.bucketAttempted)
+	err := ensure.DeleteBucket(bctx, r.driver, p.bucket, p.owner, true, creation(ob, p.bucketAttempted))
 	cancel()
 	switch {
 	case errors.Is(err, driver.ErrOwnedByOther):
 		// A bucket that existed before the claim (a failed provision of
 		// a taken name): never deleted.
 		r.event(s, nil, corev1.EventTypeWarning, "BucketNotOurs", "Delete", "Bucket %s is not this claim's; left in place", p.bucket)
+	case errors.Is(err, ensure.ErrMarkLost):
+		return fmt.Errorf("delete bucket: %w; nothing was deleted: put the owner mark back, or delete the bucket yourself (the deletion is retried every minute)", err)
 	case err != nil:
 		return fmt.Errorf("delete bucket %q: %w", p.bucket, err)
 	}

@@ -346,6 +346,14 @@ func (r *Reconciler) refuse(s *scope, t *taken) (reconcile.Result, error) {
 
 func bound(ob *obv1.ObjectBucket) bool { return ob != nil && ob.Status.Phase == obv1.PhaseBound }
 
+// creation is what the ObjectBucket ob says of the creation of the claim's
+// bucket or user, attempted being its attempt flag: a Bound ObjectBucket's
+// were created and marked, and an unmarked one is someone's change, never
+// adopted or deleted (internal/ensure).
+func creation(ob *obv1.ObjectBucket, attempted bool) ensure.Creation {
+	return ensure.CreationOf(attempted, bound(ob))
+}
+
 // ensureBucket creates (or adopts) the claim's bucket, or checks that a
 // brownfield bucket exists. A bound claim makes no backend call.
 func (r *Reconciler) ensureBucket(ctx context.Context, s *scope) (reconcile.Result, error) {
@@ -369,7 +377,8 @@ func (r *Reconciler) ensureBucket(ctx context.Context, s *scope) (reconcile.Resu
 	// An unmarked bucket of the claim's name is the claim's own when the
 	// record holds the attempt (internal/ensure), or when an old
 	// provisioner generated it for the claim.
-	err := ensure.Bucket(bctx, r.driver, driver.BucketSpec{Name: p.bucket, Owner: p.owner, AdoptUnmarked: p.adoptUnmarked}, p.bucketAttempted)
+	err := ensure.Bucket(bctx, r.driver, driver.BucketSpec{Name: p.bucket, Owner: p.owner, AdoptUnmarked: p.adoptUnmarked},
+		creation(s.ob, p.bucketAttempted))
 	switch {
 	case errors.Is(err, driver.ErrOwnedByOther):
 		s.fail(ReasonBucketConflict, fmt.Sprintf("bucket %q exists and is not this claim's", p.bucket))
@@ -580,10 +589,10 @@ func (r *Reconciler) ensureSecret(ctx context.Context, s *scope) (reconcile.Resu
 	cred, err := ensure.Credential(bctx, r.driver, driver.CredentialSpec{
 		UserName: p.user, Owner: p.owner, Bucket: p.bucket, Access: driver.AccessReadWrite,
 		KeepKeyID: string(recorded[KeyAccessKeyID]),
-	}, p.userAttempted)
+	}, creation(s.ob, p.userAttempted))
 	cancel()
 	switch {
-	case errors.Is(err, driver.ErrOwnedByOther):
+	case errors.Is(err, driver.ErrOwnedByOther), errors.Is(err, ensure.ErrMarkLost):
 		return r.userTaken(s, err)
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("ensure credential: %w", err)

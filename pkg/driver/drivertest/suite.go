@@ -111,6 +111,7 @@ func Run(t *testing.T, cfg Config) {
 			"EnsureTwice":           s.testEnsureBucketTwice,
 			"OwnedByOther":          s.testBucketOwnedByOther,
 			"Unmarked":              s.testBucketUnmarked,
+			"MarkRemoved":           s.testBucketMarkRemoved,
 			"DeleteMissing":         s.testDeleteMissingBucket,
 			"DeleteEmptyTwice":      s.testDeleteEmptyBucketTwice,
 			"DeleteNotEmpty":        s.testDeleteNotEmptyBucket,
@@ -391,6 +392,36 @@ func (s *suite) testBucketUnmarked(t *testing.T) {
 	s.wantObject(ctx, t, n.bucket, "theirs.txt", "their data")
 	err = s.cfg.Driver.DeleteBucket(ctx, n.bucket, n.owner, false)
 	wantErrorIs(t, "DeleteBucket(adopted non-empty bucket, purge=false)", err, driver.ErrBucketNotEmpty)
+}
+
+// testBucketMarkRemoved checks a bucket the driver made whose mark the
+// root user removed since: the driver reads the mark on every call and
+// keeps no memory of having made it, so the bucket is refused, untouched,
+// by EnsureBucket and DeleteBucket without AdoptUnmarked. Whether a caller
+// may set it for such a bucket is bucketbroker's internal/ensure: never
+// once its record says it was created and marked.
+func (s *suite) testBucketMarkRemoved(t *testing.T) {
+	ctx := testContext(t)
+	n := s.newNames(t)
+	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
+	if err := put(ctx, s.root, n.bucket, "data.txt", "keep me"); err != nil {
+		t.Fatalf("root: put: %v", err)
+	}
+	if _, err := s.root.DeleteBucketTagging(ctx, &s3.DeleteBucketTaggingInput{Bucket: &n.bucket}); err != nil {
+		t.Fatalf("root: delete the bucket's tags: %v", err)
+	}
+
+	err := s.cfg.Driver.EnsureBucket(ctx, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
+	wantErrorIs(t, "EnsureBucket(bucket whose mark was removed)", err, driver.ErrOwnedByOther)
+	for _, purge := range []bool{false, true} {
+		err = s.cfg.Driver.DeleteBucket(ctx, n.bucket, n.owner, purge)
+		wantErrorIs(t, fmt.Sprintf("DeleteBucket(bucket whose mark was removed, purge=%v)", purge), err, driver.ErrOwnedByOther)
+	}
+	obs := s.observe(ctx, t, driver.ObserveRequest{Bucket: n.bucket})
+	if !obs.BucketExists || obs.BucketOwner != "" {
+		t.Errorf("Observe = exists %v owner %q, want true and no owner", obs.BucketExists, obs.BucketOwner)
+	}
+	s.wantObject(ctx, t, n.bucket, "data.txt", "keep me")
 }
 
 func (s *suite) testDeleteMissingBucket(t *testing.T) {
