@@ -53,8 +53,11 @@ const (
 // body, cutting any upload that takes longer than headerTimeout.
 func bodyDeadline(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	n := h.ContentLength()
-	if n < 0 {
+	switch {
+	case n == -1: // chunked
 		return fasthttp.RequestConfig{ReadTimeout: unknownBodyTimeout}
+	case n < 0: // no body
+		n = 0
 	}
 	return fasthttp.RequestConfig{ReadTimeout: bodyTimeout + time.Duration(n/minBodyRate)*time.Second}
 }
@@ -65,6 +68,17 @@ func bodyDeadline(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 // in the serving goroutine just before Serve).
 func harden(srv *fasthttp.Server, maxConns int, writeTimeout time.Duration) {
 	srv.Concurrency = maxConns
+	// A client cut for its slowness is answered 408 quietly: versitygw's
+	// error handler would print an internal error for each, a line an
+	// attacker could make by the thousand.
+	onError := srv.ErrorHandler
+	srv.ErrorHandler = func(ctx *fasthttp.RequestCtx, err error) {
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			ctx.Error(fasthttp.StatusMessage(fasthttp.StatusRequestTimeout), fasthttp.StatusRequestTimeout)
+			return
+		}
+		onError(ctx, err)
+	}
 	srv.ReadTimeout = headerTimeout
 	srv.HeaderReceived = bodyDeadline
 	srv.WriteTimeout = writeTimeout
