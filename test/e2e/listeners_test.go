@@ -98,6 +98,7 @@ func TestSlowClientsOnTheEmbeddedServer(t *testing.T) {
 	s3Addr := strings.TrimPrefix(b.Backend.S3, "http://")
 	f := flood(s3Addr, slow)
 	defer f.end()
+	flooded := time.Now()
 	for deadline := time.Now().Add(60 * time.Second); f.held.Load() < slow; {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d slow connections held, want %d", f.held.Load(), slow)
@@ -167,8 +168,13 @@ func TestSlowClientsOnTheEmbeddedServer(t *testing.T) {
 	})
 	step("unbind", osb("DELETE", bind+deleteQuery, nil, http.StatusOK))
 	step("deprovision", osb("DELETE", inst+deleteQuery, nil, http.StatusOK))
-	if n := f.cut.Load(); n == 0 {
-		t.Errorf("the server cut none of the %d slow connections", slow)
+	// The server cuts them after its header timeout (10 s); before, none
+	// was cut within 40 s.
+	for f.cut.Load() < slow && time.Since(flooded) < 40*time.Second {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := f.cut.Load(); n < slow {
+		t.Errorf("the server cut %d of the %d slow connections within %v", n, slow, time.Since(flooded).Round(time.Second))
 	}
 	t.Logf("slow connections held at the end: %d; cut by the server: %d", f.held.Load(), f.cut.Load())
 }
