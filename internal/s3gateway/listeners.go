@@ -147,6 +147,12 @@ func (o *ownPath) start(server any, maxConns int, writeTimeout time.Duration) {
 		ReduceMemoryUsage:             pub.ReduceMemoryUsage,
 		GetOnly:                       pub.GetOnly,
 	}
+	// The same timeouts: a client that connects and sends nothing (Go's
+	// transport keeps a connection whose request was cancelled while it
+	// dialed) would otherwise hold Stop for the whole drain timeout, as
+	// a connection counts as active from its accept until its first
+	// request is answered.
+	harden(o.srv, ownMaxConnections, writeTimeout)
 	harden(pub, maxConns, writeTimeout)
 	o.served = make(chan error, 1)
 	srv, ln := o.srv, o.ln
