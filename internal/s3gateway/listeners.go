@@ -148,7 +148,7 @@ func (o *ownPath) start(server any, maxConns int, writeTimeout time.Duration) {
 		GetOnly:                       pub.GetOnly,
 	}
 	// The same timeouts: a client that connects and sends nothing (Go's
-	// transport keeps a connection whose request was cancelled while it
+	// transport keeps a connection whose request was canceled while it
 	// dialed) would otherwise hold Stop for the whole drain timeout, as
 	// a connection counts as active from its accept until its first
 	// request is answered.

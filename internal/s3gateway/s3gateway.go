@@ -85,6 +85,20 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// defaultLimits fills in the connection limits left 0.
+func (cfg *Config) defaultLimits() error {
+	if cfg.S3MaxConnections < 0 || cfg.IAMMaxConnections < 0 {
+		return errors.New("start embedded S3 server: connection limits must not be negative")
+	}
+	if cfg.S3MaxConnections == 0 {
+		cfg.S3MaxConnections = DefaultS3MaxConnections
+	}
+	if cfg.IAMMaxConnections == 0 {
+		cfg.IAMMaxConnections = DefaultIAMMaxConnections
+	}
+	return nil
+}
+
 // Server is a running S3 gateway and IAM API pair.
 type Server struct {
 	s3Addr  string
@@ -159,14 +173,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Region == "" {
 		cfg.Region = DefaultRegion
 	}
-	switch {
-	case cfg.S3MaxConnections < 0 || cfg.IAMMaxConnections < 0:
-		return nil, errors.New("start embedded S3 server: connection limits must not be negative")
-	case cfg.S3MaxConnections == 0:
-		cfg.S3MaxConnections = DefaultS3MaxConnections
-	}
-	if cfg.IAMMaxConnections == 0 {
-		cfg.IAMMaxConnections = DefaultIAMMaxConnections
+	if err := cfg.defaultLimits(); err != nil {
+		return nil, err
 	}
 	// posix.New changes the working directory: nothing below may depend on
 	// a relative path.
@@ -626,7 +634,8 @@ func (s *Server) IAMEndpoint() string { return endpointURL(s.iamAddr) }
 // the public ones, whose connection limits they do not share (ownPath).
 func (s *Server) OwnS3Endpoint() string { return endpointURL(s.s3Own) }
 
-// OwnIAMEndpoint: see OwnS3Endpoint.
+// OwnIAMEndpoint is the IAM API's URL for this process's own calls (see
+// OwnS3Endpoint).
 func (s *Server) OwnIAMEndpoint() string { return endpointURL(s.iamOwn) }
 
 // Region is the S3 signing region.
