@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/bucketbroker/bucketbroker/internal/backend"
+	"github.com/bucketbroker/bucketbroker/internal/s3gateway"
 )
 
 // The storage flags are declared here, once, for every command that builds
@@ -29,6 +30,8 @@ func bindStorageFlags(f *pflag.FlagSet, cfg *backend.Config, set storageFlagSet)
 	f.StringVar(&cfg.Driver, "driver", backend.DriverEmbedded, "storage driver: embedded (in-process S3 + IAM server on --data-dir) or s3iam (any external S3 + IAM API endpoint, a running serve's included)")
 	f.StringVar(&cfg.S3Listen, "s3-listen", "127.0.0.1:9000", "embedded driver: address of the S3 API")
 	f.StringVar(&cfg.IAMListen, "iam-listen", "127.0.0.1:9001", "embedded driver: address of the IAM API")
+	f.IntVar(&cfg.S3MaxConnections, "s3-max-connections", s3gateway.DefaultS3MaxConnections, "embedded driver: connections the S3 API serves at once; beyond, 503 (a request header must arrive within 10s, its body within 30s + 1s per 64 KiB)")
+	f.IntVar(&cfg.IAMMaxConnections, "iam-max-connections", s3gateway.DefaultIAMMaxConnections, "embedded driver: connections the IAM API serves at once; beyond, 503 (timeouts as the S3 API's); bucketbroker's own calls to both APIs do not count")
 	f.StringVar(&cfg.S3Endpoint, "s3-endpoint", "", "s3iam driver: S3 API URL (empty: AWS S3)")
 	f.StringVar(&cfg.IAMEndpoint, "iam-endpoint", "", "s3iam driver: IAM API URL (empty: AWS IAM)")
 	f.StringVar(&cfg.Region, "region", "us-east-1", "S3 region")

@@ -32,7 +32,7 @@ func TestStorageFlagsDeclaredOnce(t *testing.T) {
 		flags    []string
 		commands [][]string
 	}{
-		{[]string{"driver", "data-dir", "s3-listen", "iam-listen", "s3-endpoint", "iam-endpoint", "region", "path-style", "name-prefix"}, backend},
+		{[]string{"driver", "data-dir", "s3-listen", "iam-listen", "s3-max-connections", "iam-max-connections", "s3-endpoint", "iam-endpoint", "region", "path-style", "name-prefix"}, backend},
 		{[]string{"public-s3-endpoint"}, [][]string{{"serve"}, {"controller"}}},
 		{[]string{"pprof-listen"}, [][]string{{"serve"}, {"controller"}, {"admin", "audit"}}},
 		{[]string{"store", "data-dir"}, storeOnly},

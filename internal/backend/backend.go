@@ -36,8 +36,11 @@ type Config struct {
 	// DataDir/s3) and generated root keys. Callers keep their own files
 	// there too (serve's state and encryption key).
 	DataDir string
-	// S3Listen and IAMListen are the embedded server's addresses.
-	S3Listen, IAMListen string
+	// S3Listen and IAMListen are the embedded server's addresses;
+	// S3MaxConnections and IAMMaxConnections their connection limits (0:
+	// s3gateway's defaults).
+	S3Listen, IAMListen                 string
+	S3MaxConnections, IAMMaxConnections int
 	// S3Endpoint, IAMEndpoint, Region and PathStyle are the s3iam driver's
 	// external endpoint.
 	S3Endpoint, IAMEndpoint, Region string
@@ -59,7 +62,9 @@ type Config struct {
 type Backend struct {
 	// Driver is the s3iam driver for the backend.
 	Driver driver.Driver
-	// S3Endpoint and IAMEndpoint are the endpoints the driver uses.
+	// S3Endpoint and IAMEndpoint are the backend's endpoints: for the
+	// embedded driver its public listeners, which the driver does not use
+	// (it has listeners of its own, s3gateway.Server.OwnS3Endpoint).
 	S3Endpoint, IAMEndpoint string
 	// PublicS3Endpoint is Config.PublicS3Endpoint, or S3Endpoint when that
 	// is empty; Region and PathStyle are what applications need with it.
@@ -107,20 +112,24 @@ func Start(ctx context.Context, cfg Config) (_ *Backend, err error) {
 		b.gateway, err = s3gateway.Start(ctx, s3gateway.Config{
 			DataDir: filepath.Join(cfg.DataDir, "s3"), S3Listen: cfg.S3Listen, IAMListen: cfg.IAMListen,
 			RootAccessKey: cfg.RootAccessKey, RootSecretKey: cfg.RootSecretKey, Region: cfg.Region,
+			S3MaxConnections: cfg.S3MaxConnections, IAMMaxConnections: cfg.IAMMaxConnections,
 			Logger: cfg.Logger,
 		})
 		if err != nil {
 			return nil, err
 		}
-		dcfg.S3Endpoint, dcfg.IAMEndpoint, dcfg.Region, dcfg.PathStyle = b.gateway.S3Endpoint(), b.gateway.IAMEndpoint(), b.gateway.Region(), true
+		// The driver's calls go through listeners of their own, which no
+		// public client can fill.
+		dcfg.S3Endpoint, dcfg.IAMEndpoint, dcfg.Region, dcfg.PathStyle = b.gateway.OwnS3Endpoint(), b.gateway.OwnIAMEndpoint(), b.gateway.Region(), true
+		b.S3Endpoint, b.IAMEndpoint = b.gateway.S3Endpoint(), b.gateway.IAMEndpoint()
 	case DriverS3IAM:
 		dcfg.S3Endpoint, dcfg.IAMEndpoint = cfg.S3Endpoint, cfg.IAMEndpoint
+		b.S3Endpoint, b.IAMEndpoint = dcfg.S3Endpoint, dcfg.IAMEndpoint
 	default:
 		return nil, fmt.Errorf("unknown driver %q (want %s or %s)", cfg.Driver, DriverEmbedded, DriverS3IAM)
 	}
 	dcfg.AccessKeyID, dcfg.SecretAccessKey = cfg.RootAccessKey, cfg.RootSecretKey
 	b.RootAccessKey, b.RootSecretKey = cfg.RootAccessKey, cfg.RootSecretKey
-	b.S3Endpoint, b.IAMEndpoint = dcfg.S3Endpoint, dcfg.IAMEndpoint
 	if b.Driver, err = s3iam.New(dcfg); err != nil {
 		return nil, err
 	}
@@ -130,7 +139,7 @@ func Start(ctx context.Context, cfg Config) (_ *Backend, err error) {
 	}
 	b.PublicS3Endpoint = cfg.PublicS3Endpoint
 	if b.PublicS3Endpoint == "" {
-		b.PublicS3Endpoint = dcfg.S3Endpoint
+		b.PublicS3Endpoint = b.S3Endpoint
 	}
 	obsCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	_, err = b.Driver.Observe(obsCtx, driver.ObserveRequest{})

@@ -50,6 +50,18 @@
 // us-east-1 (the signing region of IAM in the aws partition). The root keys
 // are the only account that may create buckets and users.
 //
+// The two public listeners serve whoever reaches them, so they cut slow
+// clients and bound their connections (listeners.go): a request header
+// must arrive within 10 s of connecting and its body within 30 s plus a
+// second per 64 KiB of its length; S3MaxConnections and IAMMaxConnections
+// connections are served at once, and one beyond is answered 503.
+// versitygw offers neither setting, so they are set on its fasthttp
+// servers, read from an unexported field, before they serve. The process's
+// own calls (the broker's driver) go elsewhere: each server's handler is
+// also served on a loopback port of its own (OwnS3Endpoint,
+// OwnIAMEndpoint), whose connections the public limits do not count, so
+// no public client can make them fail (TestSlowClientsAreCut).
+//
 // A process killed inside versitygw can leave files that versitygw never
 // repairs and that break later requests: the directory of a CreateBucket
 // killed before it stored the bucket's ACL, the empty directories of a

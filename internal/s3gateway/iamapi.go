@@ -15,6 +15,10 @@ type iamConfig struct {
 	addr                   string // public IAM API, host:port
 	socket                 string // private API for the gateway, a unix socket path
 	store                  *userStore
+	// maxConns is the public listener's connection limit; own serves
+	// this process's own calls (listeners.go).
+	maxConns int
+	own      *ownPath
 }
 
 // runIAMAPI serves versitygw's IAM API and its private API (signature
@@ -31,15 +35,20 @@ func runIAMAPI(ctx context.Context, cfg iamConfig) error {
 	// once, Stop waited out the servers' 10 s shutdown timeout in most runs
 	// and then failed (TestStopAfterManyConnections); the connection it
 	// saves costs under a millisecond on loopback.
+	// The in-flight limit is shared by the public listener and the own
+	// calls' listener, so it is the sum of their connection limits.
+	limit := cfg.maxConns + ownMaxConnections
+	var public *iamapi.IAMApiServer
 	public, err := iamapi.New(store, root,
-		iamapi.WithConcurrencyLimiter(maxConnections, maxRequests),
+		iamapi.WithConcurrencyLimiter(limit, limit),
+		iamapi.WithOnListen(func() { cfg.own.start(public, cfg.maxConns, iamWriteTimeout) }),
 		iamapi.WithQuiet())
 	if err != nil {
-		return fmt.Errorf("init IAM API: %w", err)
+		return errors.Join(fmt.Errorf("init IAM API: %w", err), cfg.own.shutdown())
 	}
 	priv, err := private.New(store, root, private.WithPrivateQuiet())
 	if err != nil {
-		return fmt.Errorf("init private IAM API: %w", err)
+		return errors.Join(fmt.Errorf("init private IAM API: %w", err), cfg.own.shutdown())
 	}
 
 	errs := make(chan error, 2)
@@ -50,7 +59,8 @@ func runIAMAPI(ctx context.Context, cfg iamConfig) error {
 		err = nil
 	case err = <-errs:
 	}
-	return errors.Join(err, public.Shutdown(), priv.Shutdown())
+	// The own calls' listener first: it serves the public server's handler.
+	return errors.Join(err, cfg.own.shutdown(), public.Shutdown(), priv.Shutdown())
 }
 
 // servePlain calls a ServeMultiPort whose TLS options are of a type

@@ -87,9 +87,6 @@ const (
 	headerRecord  = 0
 	objectsRecord = 1
 	firstSlot     = 2
-	// inFlightSlots is the number of slots: versitygw serves at most
-	// maxRequests requests at once.
-	inFlightSlots = maxRequests
 	// maxSlotBucket is the longest bucket name a slot holds (S3 allows
 	// 63 bytes); a longer name is recorded as unknown.
 	maxSlotBucket = inFlightRecord - 4 - 1 - 1
@@ -179,7 +176,10 @@ type inFlight struct {
 // keeps it open. It is called after the socket is bound and the repair
 // done, before the S3 server serves. It is not fsynced: a crash of the
 // machine makes it stale (the boot), and a kill keeps what was written.
-func openInFlight(dataDir string) (*inFlight, error) {
+//
+// slots is the number of slots: as many as the S3 server serves requests
+// at once (its in-flight limit), so that no call waits for one.
+func openInFlight(dataDir string, slots int) (*inFlight, error) {
 	dirs := cleanStopDirs(dataDir)
 	// versitygw makes its folder of object locks in objects/ at its first
 	// PutObject: made now, it does not change objects/ while it runs.
@@ -202,11 +202,11 @@ func openInFlight(dataDir string) (*inFlight, error) {
 	var h encoder
 	h.str(inFlightMagic)
 	h.str(string(boot))
-	h.uint(inFlightSlots)
+	h.uint(uint64(slots))
 	h.stamp(runStamp)
-	b := make([]byte, (firstSlot+inFlightSlots)*inFlightRecord)
+	b := make([]byte, (firstSlot+slots)*inFlightRecord)
 	var r [inFlightRecord]byte
-	for i := range firstSlot + inFlightSlots {
+	for i := range firstSlot + slots {
 		switch i {
 		case headerRecord:
 			sealRecord(&r, h.b)
@@ -229,8 +229,8 @@ func openInFlight(dataDir string) (*inFlight, error) {
 	if err := os.Rename(f.Name(), path); err != nil {
 		return nil, errors.Join(fmt.Errorf("write in-flight file: %w", err), f.Close(), os.Remove(f.Name()))
 	}
-	t := &inFlight{f: f, objectsDir: dirs[1], free: make(chan int, inFlightSlots)}
-	for i := range inFlightSlots {
+	t := &inFlight{f: f, objectsDir: dirs[1], free: make(chan int, slots)}
+	for i := range slots {
 		t.free <- firstSlot + i
 	}
 	return t, nil

@@ -307,7 +307,7 @@ func TestInFlightSlots(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f, err := openInFlight(dir)
+	f, err := openInFlight(dir, DefaultS3MaxConnections+ownMaxConnections)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +372,7 @@ func BenchmarkInFlightCall(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	f, err := openInFlight(dir)
+	f, err := openInFlight(dir, DefaultS3MaxConnections+ownMaxConnections)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -21,9 +21,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/versity/versitygw/backend"
 	"github.com/versity/versitygw/backend/meta"
 	"github.com/versity/versitygw/backend/posix"
 	"github.com/versity/versitygw/embedgw"
+	"github.com/versity/versitygw/s3api"
 )
 
 const (
@@ -37,11 +39,6 @@ const (
 	startTimeout  = 30 * time.Second
 	pollInterval  = 20 * time.Millisecond
 	probeTimeout  = 2 * time.Second
-	// Concurrency limits of each listener: far above what bucketbroker's
-	// own traffic needs, so that applications using the credentials it
-	// hands out are not throttled in a single-node deployment.
-	maxConnections = 1000
-	maxRequests    = 1000
 	// portAttempts bounds the retries when a port chosen for a ":0" listen
 	// address is taken by another process before versitygw binds it.
 	portAttempts = 3
@@ -79,20 +76,42 @@ type Config struct {
 	RootSecretKey string
 	// Region is the S3 signing region; empty means us-east-1.
 	Region string
+	// S3MaxConnections and IAMMaxConnections limit the connections each
+	// public listener serves at once (one request each); 0 means
+	// DefaultS3MaxConnections and DefaultIAMMaxConnections. The process's
+	// own calls go through listeners of their own and are not counted.
+	S3MaxConnections, IAMMaxConnections int
 	// Logger receives what the start repairs; nil means slog.Default().
 	Logger *slog.Logger
+}
+
+// defaultLimits fills in the connection limits left 0.
+func (cfg *Config) defaultLimits() error {
+	if cfg.S3MaxConnections < 0 || cfg.IAMMaxConnections < 0 {
+		return errors.New("start embedded S3 server: connection limits must not be negative")
+	}
+	if cfg.S3MaxConnections == 0 {
+		cfg.S3MaxConnections = DefaultS3MaxConnections
+	}
+	if cfg.IAMMaxConnections == 0 {
+		cfg.IAMMaxConnections = DefaultIAMMaxConnections
+	}
+	return nil
 }
 
 // Server is a running S3 gateway and IAM API pair.
 type Server struct {
 	s3Addr  string
 	iamAddr string
-	region  string
-	sockDir *os.File // open DataDir/run when the socket path goes through /proc (privateSocket)
-	lock    *os.File // holds the data directory's lock (lockDataDir)
-	dataDir string
-	store   *userStore
-	log     *slog.Logger
+	// s3Own and iamOwn are the listeners of this process's own calls
+	// (ownPath).
+	s3Own, iamOwn string
+	region        string
+	sockDir       *os.File // open DataDir/run when the socket path goes through /proc (privateSocket)
+	lock          *os.File // holds the data directory's lock (lockDataDir)
+	dataDir       string
+	store         *userStore
+	log           *slog.Logger
 	// inFlight records the S3 calls in flight; nil if it could not be
 	// written.
 	inFlight *inFlight
@@ -111,6 +130,8 @@ type Server struct {
 
 // component is one blocking versitygw Run function in its own goroutine.
 type component struct {
+	// own is the address of the listener of the process's own calls.
+	own    string
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error // set before done is closed
@@ -151,6 +172,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.Region == "" {
 		cfg.Region = DefaultRegion
+	}
+	if err := cfg.defaultLimits(); err != nil {
+		return nil, err
 	}
 	// posix.New changes the working directory: nothing below may depend on
 	// a relative path.
@@ -255,20 +279,31 @@ func (s *Server) start(ctx context.Context, cfg Config, store *userStore, object
 
 	creds := credentials.NewStaticCredentialsProvider(cfg.RootAccessKey, cfg.RootSecretKey, "")
 	s.iamAddr, s.iam, err = startListener(ctx, "IAM API", cfg.IAMListen, func(addr string) (*component, func(context.Context) error) {
+		own, err := openOwnPath()
+		if err != nil {
+			return failed(err), nil
+		}
 		c := launch(func(ctx context.Context) error {
 			return runIAMAPI(ctx, iamConfig{
 				rootAccess: cfg.RootAccessKey, rootSecret: cfg.RootSecretKey,
 				addr: addr, socket: sockPath, store: store,
+				maxConns: cfg.IAMMaxConnections, own: own,
 			})
 		})
+		c.own = own.addr()
+		// The probe goes through the own calls' listener: the public one
+		// is bound once that is served (ownPath.start runs as it binds).
 		client := iam.NewFromConfig(probeConfig(IAMRegion, creds), func(o *iam.Options) {
-			o.BaseEndpoint = aws.String(endpointURL(addr))
+			o.BaseEndpoint = aws.String(endpointURL(c.own))
 		})
 		return c, func(ctx context.Context) error {
 			// The gateway needs the private socket as much as clients
 			// need the public port.
 			if _, err := os.Stat(sockPath); err != nil {
 				return fmt.Errorf("private socket: %w", err)
+			}
+			if err := own.ready(); err != nil {
+				return err
 			}
 			// One user by name: the answer needs the root keys checked
 			// and reads at most that user's row. A listing would read
@@ -286,42 +321,57 @@ func (s *Server) start(ctx context.Context, cfg Config, store *userStore, object
 	if err != nil {
 		return err
 	}
+	s.iamOwn = s.iam.own
 	if err := repaired(); err != nil {
 		return err
 	}
 	// From here on, the calls in flight are recorded: after the bind
 	// (run/'s stamp) and the repair (objects/'s).
-	if s.inFlight, err = openInFlight(s.dataDir); err != nil {
+	inFlight := cfg.S3MaxConnections + ownMaxConnections // versitygw's in-flight limit, shared by both listeners
+	if s.inFlight, err = openInFlight(s.dataDir, inFlight); err != nil {
 		s.log.Warn("Calls in flight are not recorded: the next start after a kill repairs every bucket", "error", err)
 	}
 
 	s.s3Addr, s.gw, err = startListener(ctx, "S3 server", cfg.S3Listen, func(addr string) (*component, func(context.Context) error) {
+		own, err := openOwnPath()
+		if err != nil {
+			return failed(err), nil
+		}
 		c := launch(func(ctx context.Context) error {
 			// A new backend per run: RunVersityGW shuts it down on return.
 			be, err := posix.New(objectsDir, objectMeta, posix.PosixOpts{VersioningDir: versionsDir})
 			if err != nil {
-				return fmt.Errorf("open object store %s: %w", objectsDir, err)
+				return errors.Join(fmt.Errorf("open object store %s: %w", objectsDir, err), own.shutdown())
 			}
 			tracked := trackedBackend{keyRecorder: keyRecorder{Posix: be, versionsDir: versionsDir}, inFlight: s.inFlight}
-			return embedgw.RunVersityGW(ctx, tracked, &embedgw.Config{
-				RootUserAccess:        cfg.RootAccessKey,
-				RootUserSecret:        cfg.RootSecretKey,
-				Region:                cfg.Region,
-				Ports:                 []string{addr},
-				MaxConnections:        maxConnections,
-				MaxRequests:           maxRequests,
+			return runGateway(ctx, tracked, &embedgw.Config{
+				RootUserAccess: cfg.RootAccessKey,
+				RootUserSecret: cfg.RootSecretKey,
+				Region:         cfg.Region,
+				Ports:          []string{addr},
+				// Both limits are the sum of both listeners': ownPath.start
+				// sets the public listener's own before it serves.
+				MaxConnections:        inFlight,
+				MaxRequests:           inFlight,
 				MultipartMaxParts:     10000,
 				StandaloneIAMEndpoint: sockPath,
 				// No KeepAlive (see runIAMAPI): with it, Stop could wait
 				// out the whole shutdown timeout.
 				Quiet: true,
-			})
+				S3Options: []s3api.Option{func(srv *s3api.S3ApiServer) {
+					s3api.WithOnListen(func() { own.start(srv, cfg.S3MaxConnections, 0) })(srv)
+				}},
+			}, own)
 		})
+		c.own = own.addr()
 		client := s3.NewFromConfig(probeConfig(cfg.Region, creds), func(o *s3.Options) {
-			o.BaseEndpoint = aws.String(endpointURL(addr))
+			o.BaseEndpoint = aws.String(endpointURL(c.own))
 			o.UsePathStyle = true
 		})
 		return c, func(ctx context.Context) error {
+			if err := own.ready(); err != nil {
+				return err
+			}
 			// One bucket by name, as the IAM API's probe: the answer
 			// needs the root keys checked and stats one directory.
 			// ListBuckets, even of one, reads and lstats every bucket's
@@ -337,7 +387,34 @@ func (s *Server) start(ctx context.Context, cfg Config, store *userStore, object
 			return err
 		}
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	s.s3Own = s.gw.own
+	return nil
+}
+
+// runGateway runs versitygw's S3 server until ctx ends, and stops the own
+// calls' listener before it: that serves the S3 server's handler, which
+// must not see its backend shut down under a request.
+func runGateway(ctx context.Context, be backend.Backend, cfg *embedgw.Config, own *ownPath) error {
+	gwCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- embedgw.RunVersityGW(gwCtx, be, cfg) }()
+	select {
+	case err := <-done:
+		return errors.Join(err, own.shutdown())
+	case <-ctx.Done():
+	}
+	ownErr := own.shutdown()
+	cancel()
+	return errors.Join(<-done, ownErr)
+}
+
+// failed is a component that has already failed with err.
+func failed(err error) *component {
+	return launch(func(context.Context) error { return err })
 }
 
 // startListener runs one versitygw server on listen and waits until probe
@@ -355,7 +432,11 @@ func startListener(ctx context.Context, what, listen string, run func(addr strin
 			return "", nil, fmt.Errorf("start embedded %s on %s: %w", what, listen, bindError(err))
 		}
 		c, probe := run(addr)
-		err = waitReady(ctx, c, probe)
+		if probe == nil {
+			err = c.shutdown()
+		} else {
+			err = waitReady(ctx, c, probe)
+		}
 		if err == nil {
 			return addr, c, nil
 		}
@@ -547,6 +628,15 @@ func (s *Server) S3Endpoint() string { return endpointURL(s.s3Addr) }
 
 // IAMEndpoint is the URL of the IAM API.
 func (s *Server) IAMEndpoint() string { return endpointURL(s.iamAddr) }
+
+// OwnS3Endpoint and OwnIAMEndpoint are the URLs for this process's own
+// calls: loopback listeners of their own, served by the same handlers as
+// the public ones, whose connection limits they do not share (ownPath).
+func (s *Server) OwnS3Endpoint() string { return endpointURL(s.s3Own) }
+
+// OwnIAMEndpoint is the IAM API's URL for this process's own calls (see
+// OwnS3Endpoint).
+func (s *Server) OwnIAMEndpoint() string { return endpointURL(s.iamOwn) }
 
 // Region is the S3 signing region.
 func (s *Server) Region() string { return s.region }
