@@ -23,8 +23,12 @@ VERSION_LDFLAGS := -X $(BUILDINFO).version=$(shell git describe --tags --always 
 build: ## Build bin/bucketbroker (version and commit from git)
 	$(GO) build -trimpath -ldflags '$(VERSION_LDFLAGS)' -o $(BIN) ./cmd/bucketbroker
 
+.PHONY: tools
+tools: ## Build and install, all at once, the tools and servers the tests need (hack/tools.sh; cached after the first run)
+	hack/tools.sh
+
 .PHONY: test
-test: lint ## Lint, then run every test (race detector on) against real servers started by hack/with-test-servers.sh, then the claim tests on the NooBaa- and Rook-shaped CRDs
+test: tools lint ## Build the tools, lint, then run every test (race detector on) against real servers started by hack/with-test-servers.sh, then the claim tests on the NooBaa- and Rook-shaped CRDs
 	hack/with-test-servers.sh bash -c 'set -e; $(GO) test -race -count=1 -timeout 30m ./...; $(CRD_MATRIX)'
 
 # The claim tests (internal/objectbucket, test/crash TestClaim*) on the

@@ -2,17 +2,18 @@
 # Build the envtest control plane (kube-apiserver + etcd) from the Go module
 # proxy and print the directory that holds them, for KUBEBUILDER_ASSETS:
 #
-#   export KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh)
+#   export KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh | tail -n 1)
 #
 # Why build instead of download: the only network the CI and developer
 # machines are guaranteed to have is the Go module proxy, and building from
-# it pins the exact source by go.sum. The build is slow (kube-apiserver: 4-15
-# minutes and ~2.4 GB of module and build cache on 2 cores), so the result is
-# cached by version under
+# it pins the exact source by go.sum. kube-apiserver comes from
+# hack/k8s-tools.sh, which builds it together with helm and controller-gen
+# (they share most of their libraries); etcd is built here. Both are cached
+# by version, and the directory printed is
 #   ${BUCKETBROKER_CACHE:-$HOME/.cache/bucketbroker}/envtest/k8s-<k8s>-etcd-<etcd>/
-# A complete cache entry is reused without running go at all. Entries are
-# built in a temporary directory next to the final one and renamed into place,
-# so a crashed or concurrent build never leaves a half-written entry behind.
+# A complete entry is reused without running go. Entries are built in a
+# temporary directory next to the final one and renamed into place, so a
+# crashed or concurrent build never leaves a half-written entry behind.
 #
 # The last line of stdout is the assets directory; all progress goes to stderr.
 # Versions can be overridden with ENVTEST_K8S_VERSION and ENVTEST_ETCD_VERSION.
@@ -58,31 +59,14 @@ fi
 STAGE=$(mktemp -d "$PARENT/.build-k8s-$K-etcd-$E.XXXXXX") # same filesystem: rename is atomic
 W=$(mktemp -d)
 trap 'rm -rf "$W" "$STAGE"' EXIT
-mkdir -p "$W/k" "$W/e"
+mkdir -p "$W/e"
 start=$(date +%s)
-log "building kube-apiserver v$K and etcd v$E (this takes several minutes)"
+log "building etcd v$E, and kube-apiserver v$K unless cached (minutes, once)"
 
-# --- kube-apiserver: k8s.io/kubernetes requires its staging modules at
-# v0.0.0 and replaces them with ./staging paths; a consumer must replace each
-# with the published v0.<minor>.<patch> instead.
-(
-  cd "$W/k"
-  S=0.${K#1.}
-  printf 'module local/k8sbuild\n\ngo 1.26.0\n\ngodebug default=go1.26\n\nrequire k8s.io/kubernetes v%s\n' "$K" > go.mod
-  MOD=$(go mod download -json "k8s.io/kubernetes@v$K" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
-  [ -n "$MOD" ] || { log "cannot download k8s.io/kubernetes@v$K"; exit 1; }
-  { echo 'replace ('
-    awk '/^replace \(/{f=1;next} f&&/^\)/{f=0} f{print $1}' "$MOD" |
-      grep -v -e sample-cli-plugin -e sample-controller |   # not published on the proxy, not needed
-      while read -r m; do echo "	$m => $m v$S"; done
-    echo ')'; } >> go.mod
-  printf '//go:build tools\n\npackage tools\n\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver"\n' > tools.go
-  go mod tidy
-  MINOR=$(echo "$K" | cut -d. -f2)
-  V="-X k8s.io/component-base/version.gitVersion=v$K -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$MINOR"
-  go build -trimpath -ldflags="-s -w $V" -o "$STAGE/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
-) >&2
-log "kube-apiserver built after $(( $(date +%s) - start ))s"
+# --- kube-apiserver: from the shared build of the Kubernetes tools, which
+# runs beside the etcd build below.
+ENVTEST_K8S_VERSION="$K" "$(dirname "$0")/k8s-tools.sh" >"$W/tools" &
+tools_pid=$!
 
 # --- etcd: the module root of go.etcd.io/etcd/server/v3 is package main.
 (
@@ -92,6 +76,8 @@ log "kube-apiserver built after $(( $(date +%s) - start ))s"
   go mod tidy
   go build -trimpath -ldflags="-s -w" -o "$STAGE/etcd" go.etcd.io/etcd/server/v3
 ) >&2
+wait "$tools_pid" || { log "hack/k8s-tools.sh failed"; exit 1; }
+cp "$(tail -n 1 "$W/tools")/kube-apiserver" "$STAGE/kube-apiserver"
 
 "$STAGE/kube-apiserver" --version >&2
 # sed reads all of it: with head, etcd could die of SIGPIPE on its second

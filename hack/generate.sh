@@ -10,8 +10,7 @@
 #                                   not what the types generate (for CI)
 #
 # controller-gen is built from the Go module proxy once per version and cached
-# under ${BUCKETBROKER_CACHE:-$HOME/.cache/bucketbroker}/tools/; a cached
-# build is reused without running go.
+# (hack/k8s-tools.sh); a cached build is reused without running go.
 #
 # Both modes generate into a scratch copy of the module (go.mod, go.sum, api/)
 # and then either copy the results back or compare them, so --check tests
@@ -21,9 +20,7 @@ set -euo pipefail
 
 CONTROLLER_GEN_VERSION=v0.23.0
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-CACHE=${BUCKETBROKER_CACHE:-$HOME/.cache/bucketbroker}
-CG_DIR="$CACHE/tools/controller-gen-$CONTROLLER_GEN_VERSION"
-CG="$CG_DIR/controller-gen"
+CG=""
 
 log() { echo "generate: $*" >&2; }
 
@@ -36,28 +33,12 @@ esac
 
 export PATH="/usr/local/go/bin:$PATH"
 
-# ensure_controller_gen builds controller-gen into a temporary directory next
-# to its cache entry and renames it into place, so an interrupted build never
-# leaves a half-written binary that later runs would trust.
+# ensure_controller_gen sets CG to controller-gen, built by hack/k8s-tools.sh
+# (with kube-apiserver and helm, cached).
 ensure_controller_gen() {
-  [ -x "$CG" ] && return 0
-  log "building controller-gen $CONTROLLER_GEN_VERSION"
-  mkdir -p "$CACHE/tools"
-  local stage start
-  stage=$(mktemp -d "$CACHE/tools/.build-controller-gen-$CONTROLLER_GEN_VERSION.XXXXXX")
-  start=$(date +%s)
-  # go install pkg@version ignores the surrounding module; GOWORK/GOFLAGS are
-  # cleared so neither can leak in from the caller's environment.
-  if ! (cd "$stage" && GOWORK=off GOFLAGS=-buildvcs=false CGO_ENABLED=0 GOBIN="$stage" \
-        go install -trimpath "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_GEN_VERSION") >&2; then
-    rm -rf "$stage"
-    return 1
-  fi
-  chmod 755 "$stage"
-  # A concurrent run may have won the rename; its binary is as good as ours.
-  mv -T "$stage" "$CG_DIR" 2>/dev/null || rm -rf "$stage"
-  [ -x "$CG" ] || { log "controller-gen missing after build: $CG"; return 1; }
-  log "built controller-gen in $(( $(date +%s) - start ))s"
+  local tools
+  tools=$(CONTROLLER_GEN_VERSION="$CONTROLLER_GEN_VERSION" "$ROOT/hack/k8s-tools.sh" | tail -n 1) || return 1
+  CG="$tools/controller-gen"
 }
 
 # prune_variant writes the ObjectBucketClaim CRD without spec.objectBucketName

@@ -6,7 +6,7 @@
 #   - PostgreSQL (installed from Debian packages when missing), a throwaway
 #     cluster for the PostgreSQL store's tests;
 #   - kube-apiserver and etcd binaries for envtest (built from the Go module
-#     proxy once: about 15 minutes cold; envtest starts them per test run);
+#     proxy once, hack/envtest-assets.sh; envtest starts them per test run);
 #   - helm (built from the module proxy once, hack/helm.sh) and podman
 #     (Debian packages, hack/podman.sh) for the chart and image tests of
 #     test/deploy; without podman the image tests skip with the reason;
@@ -19,7 +19,9 @@
 #
 # The embedded S3 server and SQLite run inside the tests themselves.
 # Builds are cached under ${BUCKETBROKER_CACHE:-$HOME/.cache/bucketbroker},
-# keyed by version, so only the first run on a machine pays for them.
+# keyed by version, so only the first run on a machine pays for them;
+# hack/tools.sh (`make tools`, which `make test` runs first) builds them all
+# at once.
 #
 #   hack/with-test-servers.sh go test ./...
 set -euo pipefail
@@ -62,7 +64,7 @@ fi
 KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh | tail -n 1)
 export KUBEBUILDER_ASSETS
 # helm, for the chart tests (test/deploy): built from the module proxy once
-# and cached (hack/helm.sh, about 2 minutes cold).
+# and cached, with kube-apiserver (hack/k8s-tools.sh).
 BUCKETBROKER_TEST_HELM=$(hack/helm.sh | tail -n 1)
 export BUCKETBROKER_TEST_HELM
 # podman, for the image tests (test/deploy): installed from Debian packages
