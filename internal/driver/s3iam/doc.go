@@ -6,13 +6,23 @@
 // # Owner marks
 //
 // Every bucket the driver makes carries the tag bucketbroker.io/owner with
-// the caller's owner mark, written by PutBucketTagging right after
-// CreateBucket; extra tags from the spec sit beside it and are replaced on
-// each EnsureBucket. Keys under bucketbroker.io/ are reserved. Every user
-// is created with path /bucketbroker/ and the same tag, in the CreateUser
-// call itself, so a user of ours is never unmarked. A server that ignores
-// the tags of CreateUser (SeaweedFS) gets them from TagUser right after;
-// there a crash in between leaves an unmarked user.
+// the caller's owner mark; extra tags from the spec sit beside it and are
+// replaced on each EnsureBucket. Keys under bucketbroker.io/ are reserved.
+// The tags travel in the CreateBucket call itself
+// (CreateBucketConfiguration.Tags). The process's first new bucket reads
+// them back (GetBucketTagging); a server that kept them gets no further
+// tagging call for any later bucket, one that dropped them (or refused the
+// element: the create is then sent again without it) gets PutBucketTagging
+// right after each CreateBucket for the process's life. On such a server a
+// crash between the two calls leaves an unmarked bucket; so can a server
+// killed inside its own CreateBucket, which may write the directory before
+// the tags (versitygw's posix backend does).
+//
+// Every user is created with path /bucketbroker/ and the same tag, in the
+// CreateUser call itself. A server that ignores the tags of CreateUser
+// (SeaweedFS) gets them from TagUser right after; there a crash in between
+// leaves an unmarked user. AtomicUserMarks reports which kind of server
+// this is, once a CreateUser answer has shown it.
 //
 // Each call looks before it acts. A resource with the caller's mark is
 // adopted; one with another mark, or none, is refused with
