@@ -1,7 +1,15 @@
 // Command bucketbroker hands out object-storage buckets and bucket-scoped
 // credentials through the Open Service Broker API.
 //
-//	bucketbroker serve    run the broker (embedded S3 server and SQLite by default)
+//	bucketbroker serve                   run the OSB broker (embedded S3 server and SQLite by default)
+//	bucketbroker controller              run the Kubernetes ObjectBucketClaim controller
+//	bucketbroker admin migrate           create or upgrade the store's schema, then exit
+//	                                     (--new-store: start over on an empty store on purpose)
+//	bucketbroker admin audit [--fix]     compare the backend with the store: leaks, missing
+//	                                     resources, unknown keys, lost owner marks
+//	bucketbroker admin records           list the records the store cannot read
+//	bucketbroker admin records repair    make them readable again
+//	bucketbroker version                 print the version, commit and Go version
 //
 // The storage flags (flags.go) are declared once for every command that
 // builds a backend (serve, controller, admin audit), and backend.Start

@@ -1,6 +1,6 @@
 // Package storetest is the conformance suite for engine.Store. Every store
-// (SQLite now, PostgreSQL next) runs the same tests with Run, from its own
-// test file, against a real database:
+// (internal/store/sqlite and internal/store/postgres) runs the same tests
+// with Run, from its own test file, against a real database:
 //
 //	func TestStore(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T) engine.Store { return openEmpty(t) })
@@ -29,7 +29,7 @@
 // by List and reported, fails Get for its id alone, and is made readable by
 // store.Repair.
 //
-// For a PostgreSQL store this means, among other things: a "C" collation
+// For the PostgreSQL store this means, among other things: a "C" collation
 // (or COLLATE "C" in ORDER BY) for byte order, the record kept as json or
 // text rather than jsonb (jsonb rewrites the raw parameter bytes), and
 // times of at most microsecond precision set by the store itself.
