@@ -89,8 +89,7 @@
 //
 // A driver whose pages come out of name order (IAM does not promise
 // ListUsers' order elsewhere) is detected at the first name not after the
-// one before it: that kind is then held, as before the merge, its
-// resources kept and judged against every record of the kind in the last
+// one before it: that kind is then held whole, its resources kept and judged against every record of the kind in the last
 // pass (the candidates of missing findings made before, against the held
 // resources first), and a line is logged.
 //

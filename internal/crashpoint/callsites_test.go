@@ -44,7 +44,7 @@ func declaredPoints(t *testing.T) map[string]Point {
 // call site (crashpoint.Hit, or the claim reconciler's hit); and Points
 // and ClaimPoints, which the crash harnesses iterate over, hold every
 // point of their door and only declared ones. This is what keeps the
-// lists in step with the code, which a comment used to ask for.
+// lists in step with the code.
 func TestListsMatchCallSites(t *testing.T) {
 	declared := declaredPoints(t)
 	used := map[string]bool{}

@@ -627,8 +627,8 @@ type waiters struct {
 
 // watch is one wait on a record's writes in this process. The map holds
 // only records that something waits on: the last release of a record's
-// waiters drops them (a request whose operation finished before it
-// looked used to leave its channel behind for good, one per resource).
+// waiters drops them, also for a request whose operation finished before
+// it looked (else its channel would stay for good, one per resource).
 type watch struct {
 	e *Engine
 	k string

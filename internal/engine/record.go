@@ -78,8 +78,8 @@ type Operation struct {
 	// Sent is what the platform's request sent for an upstream record's
 	// provision or update, which the upstream backend forwards as sent
 	// (Target and Request hold the merged, canonical state instead). Nil
-	// for bucket records, for other operations, and in records written
-	// before it existed (whose operation forwards as before).
+	// for bucket records and for other operations; an update whose Sent is
+	// nil forwards the merged Target.
 	Sent *Sent `json:"sent,omitempty"`
 	// Refused marks a failed operation that the backend refused for good
 	// (driver.ErrInvalid: a 4xx no retry fixes): the request's error, not

@@ -24,9 +24,9 @@ var badLabels = map[string]map[string]any{
 
 // TestBadLabelsChangeNothing: labels S3 would refuse as tags are a 400
 // before anything is recorded or created, synchronous or not, and a PATCH
-// with them leaves the instance and its bucket as they were. They used to
-// create the bucket, then fail to tag it: a 500, or a failed asynchronous
-// operation, with the bucket left.
+// with them leaves the instance and its bucket as they were, rather than
+// create the bucket and fail to tag it (a 500, or a failed asynchronous
+// operation, with the bucket left).
 func TestBadLabelsChangeNothing(t *testing.T) {
 	for name, labels := range badLabels {
 		for _, sync := range []bool{true, false} {

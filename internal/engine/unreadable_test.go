@@ -45,9 +45,9 @@ func nest(t *testing.T, statePath string, kind engine.Kind, id string, depth int
 	}
 }
 
-// TestUnreadableRecordIsolated: one record that cannot be decoded no longer
-// takes the broker down. Start-up and the sweep skip it (start-up used to
-// fail with "list unfinished operations: ... exceeded max depth" on every
+// TestUnreadableRecordIsolated: one record that cannot be decoded does not
+// take the broker down. Start-up and the sweep skip it (rather than fail
+// with "list unfinished operations: ... exceeded max depth" on every
 // start), every other record's operations go on, and a deprovision whose
 // instance has such a binding waits for it rather than delete the bucket
 // past a credential nobody can revoke, and says how to repair it. After
@@ -119,12 +119,11 @@ func TestUnreadableRecordIsolated(t *testing.T) {
 	}
 }
 
-// TestOldDeepRecordIsRepairable: a record an older version wrote nested
-// deeper than the store now writes (its door had no depth limit) but
-// within what encoding/json reads used to be readable yet refused by every
-// write, so its DELETE was 503 for ever and `admin records` neither listed
-// nor repaired it. Reads apply the writes' bounds: it is reported, the
-// repair prunes it, and the instance deprovisions.
+// TestOldDeepRecordIsRepairable: a record nested deeper than the store
+// writes (planted behind it) but within what encoding/json reads. Reads
+// apply the writes' bounds, so it is not readable yet refused by every
+// write (a DELETE 503 for ever, a record `admin records` would not list):
+// it is reported, the repair prunes it, and the instance deprovisions.
 func TestOldDeepRecordIsRepairable(t *testing.T) {
 	ctx := context.Background()
 	a := newHarness(t)

@@ -56,8 +56,8 @@
 // else's, and Credential without the attempt refuses it; with the mark it
 // is the caller's own, adopted; a missing one is created. The rest stands:
 // RevokeUser without the attempt never deletes an unmarked user, and a
-// record that holds the attempt (written where a look was needed) is
-// passed on as before.
+// record that holds the attempt (written where a look was needed) still
+// passes AdoptUnmarked.
 //
 // Buckets keep their look, even where the create carries the mark (the
 // s3iam driver sends it in CreateBucket and, once it has read it back from

@@ -21,9 +21,10 @@ func nested(depth int, array bool) string {
 // TestFreeFormLimits sends every free-form field of every request that has
 // one (parameters, context, bind_resource) just within and just beyond the
 // engine's depth and size limits. Beyond is a 400 that names the field and
-// never reaches the engine, so nothing is stored; within reaches it. Near
-// encoding/json's own limit (10000 levels) such a value used to be stored
-// and then, a few levels deeper inside its record, never read back.
+// never reaches the engine, so nothing is stored; within reaches it.
+// Without the limits a value near encoding/json's own (10000 levels)
+// would be stored and then, a few levels deeper inside its record, never
+// read back.
 func TestFreeFormLimits(t *testing.T) {
 	// big is an object of exactly n bytes.
 	big := func(n int) string {

@@ -19,7 +19,7 @@ type metrics struct {
 	// (sampleKey -> *sampleChildren): resolving hashes every label value
 	// and formats the status code, a cost per request for a set of label
 	// values that is small and closed. A child is only created by its first
-	// sample, so /metrics shows the same series as before.
+	// sample, so /metrics shows only series that have had a sample.
 	children sync.Map
 }
 

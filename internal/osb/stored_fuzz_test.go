@@ -55,9 +55,8 @@ func (acceptingDriver) Observe(context.Context, driver.ObserveRequest) (driver.O
 // Whatever the body (nesting near encoding/json's limit in any free-form
 // field, labels S3 refuses, sizes at the limits), the broker must not
 // answer 5xx, a refused request must store nothing, and every record must
-// still be readable after the store is closed and opened again: one record
-// that cannot be decoded used to stop start-up and answer 503 for its id
-// forever.
+// still be readable after the store is closed and opened again: a record
+// that cannot be decoded would answer 503 for its id forever.
 func FuzzStoredRequest(f *testing.F) {
 	deep := func(n int) string { return strings.Repeat(`{"a":`, n-1) + `{}` + strings.Repeat(`}`, n-1) }
 	const org = `"organization_guid":"o","space_guid":"s"`

@@ -138,10 +138,9 @@ func TestUserStoreAcrossUsers(t *testing.T) {
 }
 
 // TestUserStoreKeepsOlderUsers opens an IAM directory written by
-// versitygw's own store (every user in iam.json), as data directories made
-// before userStore have: those users, their keys and policies are moved
-// into the database and served as before, alongside new ones, and are no
-// longer in iam.json.
+// versitygw's own store (every user in iam.json): those users, their keys
+// and policies are moved into the database and served, alongside new
+// ones, and are not left in iam.json.
 func TestUserStoreKeepsOlderUsers(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()

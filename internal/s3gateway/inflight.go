@@ -53,7 +53,7 @@ import (
 // mkdir is not. An fdatasync before each call would cost a disk flush per
 // request; the file instead records the boot it was written in
 // (/proc/sys/kernel/random/boot_id), and a start in another boot walks
-// every bucket, as before. A clean shutdown of the machine stops the
+// every bucket. A clean shutdown of the machine stops the
 // server first, which leaves the clean-stop marker, durably.
 //
 // The file is trusted only if nothing else can have written the data

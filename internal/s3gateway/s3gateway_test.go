@@ -509,9 +509,8 @@ func TestStartRemovesEmptyDirsOfKilledDeletes(t *testing.T) {
 
 // TestStartWritesOnlyUnderDataDir pins what a container with a read-only
 // root filesystem needs: the private socket lives in DataDir/run, not in
-// TMPDIR (the socket was once made in a temporary directory, and the
-// controller failed in the Deployment with "mkdir /tmp/bb-iam-...:
-// read-only file system"). The data directory's path is longer than a unix
+// TMPDIR (a socket made in a temporary directory fails on a read-only root
+// filesystem, as the Deployment runs it). The data directory's path is longer than a unix
 // socket path may be, and a socket file left by a killed process is in the
 // way: neither may stop the start, and the gateway must still reach the IAM
 // API through the socket (an unknown key is reported by the IAM API).

@@ -161,7 +161,7 @@ func (u *Upstream) createInstance(ctx context.Context, w *engine.Work, a *attemp
 		Context: rec.Request.Context, Parameters: rec.Request.Parameters,
 		MaintenanceInfo: maintenanceInfo(rec.Request.Maintenance),
 	}
-	if s := rec.Op.Sent; s != nil { // nil: recorded before Sent existed
+	if s := rec.Op.Sent; s != nil { // nil: the recorded request is forwarded
 		req.MaintenanceInfo = maintenanceInfo(s.Maintenance)
 	}
 	var c created
@@ -395,7 +395,7 @@ func (u *Upstream) Update(ctx context.Context, w *engine.Work) error {
 		}
 		if s := rec.Op.Sent; s != nil {
 			// What the platform sent, not the merge (nil: an update
-			// recorded before Sent existed forwards the merge, as then).
+			// without Sent forwards the merge).
 			req.Context, req.Parameters, req.MaintenanceInfo = s.Context, s.Parameters, maintenanceInfo(s.Maintenance)
 		}
 		if t.PlanID != rec.Request.PlanID {

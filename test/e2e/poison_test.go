@@ -27,10 +27,10 @@ func deepJSON(n int) json.RawMessage {
 // SQLite and with PostgreSQL state, against the two classes of poisoned
 // input: free-form fields nested near encoding/json's limit, and labels S3
 // refuses as tags. Both are 400s that change nothing. A record such input
-// left in the store (written by an older version: here, written into the
-// database behind the broker's back) no longer stops the process from
-// starting, is shown on /readyz, listed and repaired by `admin records`,
-// after which its instance deprovisions cleanly.
+// would leave in the store (here, written into the database behind the
+// broker's back) does not stop the process from starting, is shown on
+// /readyz, listed and repaired by `admin records`, after which its
+// instance deprovisions cleanly.
 func TestPoisonedInput(t *testing.T) {
 	for _, pg := range []bool{false, true} {
 		name := map[bool]string{false: "sqlite", true: "postgres"}[pg]

@@ -280,8 +280,8 @@ func samePolicy(got, want string) bool {
 // the secret of: a retry takes the user back only under AdoptUnmarked
 // (the caller's record of the attempt, which both doors keep) and then
 // deletes that key like any whose answer was lost; without it the user is
-// refused as someone else's, the leak it was before, with a key that
-// nobody can use.
+// refused as someone else's and left (a leak the audit cannot list, as
+// any unmarked user is), with a key that nobody can use.
 //
 // The calls change one user at the same time: a server that kept a
 // user's policy and keys with an unlocked read-modify-write could lose one

@@ -91,7 +91,7 @@ func TestBucketMarkInCreate(t *testing.T) {
 // (the transport takes them away after the create) or refuses them (400
 // MalformedXML), the first new bucket is marked all the same, and from
 // then on, for the driver's life, the create carries no tags and the mark
-// is written in its own call (PutBucketTagging), as before.
+// is written in its own call (PutBucketTagging).
 func TestBucketMarkFallback(t *testing.T) {
 	ctx := context.Background()
 	plain := newDriver(t, serverConfig())

@@ -55,7 +55,7 @@ func (d *Driver) Observe(ctx context.Context, req driver.ObserveRequest) (driver
 // built (probeName), and expects it not to be there: S3 answers a listing of
 // that bucket with NoSuchBucket and IAM a GetUser of that user with
 // NoSuchEntity. Both answers need the request authenticated, so a wrong or
-// unknown key fails as before; and both cost the same however many buckets
+// unknown key fails the check; and both cost the same however many buckets
 // and users the backend holds, where a listing of buckets or users (even of
 // one) makes versitygw read every bucket's directory entry and every user's
 // file. The IAM call is one the driver's credentials need anyway (Observe's

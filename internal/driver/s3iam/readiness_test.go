@@ -59,8 +59,8 @@ func (c *callLog) take() []string {
 // TestReadinessCheckConstant: the check (Observe with an empty request)
 // makes one S3 and one IAM request, neither a listing of buckets or users,
 // whatever the backend holds: a bucket listing of a made-up bucket and a
-// GetUser of a made-up user. It used to list users (and buckets), which the
-// embedded server answers by reading every user's file.
+// GetUser of a made-up user. A listing of users or buckets would cost
+// time in proportion to them on versitygw.
 func TestReadinessCheckConstant(t *testing.T) {
 	ctx := context.Background()
 	log := &callLog{}
