@@ -22,17 +22,10 @@
 // TestStartListsNoBuckets). The database is in WAL mode with
 // synchronous=NORMAL: a kill -9 loses no committed change and leaves none
 // in part (TestUserStoreKillMidWrite); a crash of the machine may lose the
-// last changes, as the user files before it could (see userStore).
-// Data directories of the earlier layouts (users in iam.json, a folder per
-// user with versitygw's store in it, a file per user and the index of
-// them a clean stop left) are moved into the database by the first start,
-// crash-safely: the older files are removed only once the database holds
-// their users durably (iammigrate.go, TestMigrateKilled). It logs its
-// progress; the users go in by prepared inserts in one transaction (4-10 s
-// at 100,000 on 2 shared cores, BenchmarkOpenUserStore), and the
-// users folder is then renamed aside and removed in the background, after
-// the start. Roles, OIDC
-// providers and sessions stay in DataDir/iam/iam.json, versitygw's store.
+// last changes (see userStore). Roles, OIDC providers and sessions stay in
+// DataDir/iam/iam.json, versitygw's store; an IAM directory with users
+// anywhere but the database (in iam.json, or a users folder) is refused
+// at start, not served without them (TestUserStoreRefusesUsersElsewhere).
 // BenchmarkProvision measures a driver call as the users grow.
 //
 // The gateway does not hold any user's secret: it asks the IAM API, over a
