@@ -13,7 +13,7 @@ import (
 )
 
 // spoil rewrites a record in the SQLite state file behind the stores' back,
-// as an older version could have written it: a field nested as deep as
+// as a write outside bucketbroker could: a field nested as deep as
 // encoding/json allows, which makes the whole record unreadable, and an
 // operation in progress, so that start-up and the sweep list it.
 func spoil(t *testing.T, statePath string, kind engine.Kind, id string) {
@@ -119,13 +119,12 @@ func TestUnreadableRecordIsolated(t *testing.T) {
 	}
 }
 
-// TestOldDeepRecordIsRepairable: a record an older version wrote nested
-// deeper than the store now writes (its door had no depth limit) but
-// within what encoding/json reads used to be readable yet refused by every
-// write, so its DELETE was 503 for ever and `admin records` neither listed
-// nor repaired it. Reads apply the writes' bounds: it is reported, the
-// repair prunes it, and the instance deprovisions.
-func TestOldDeepRecordIsRepairable(t *testing.T) {
+// TestDeepRecordIsRepairable: a stored record nested deeper than the store
+// writes but within what encoding/json reads would be readable yet
+// refused by every write (its DELETE 503 for ever) if reads did not apply
+// the writes' bounds. They do: it is reported, the repair prunes it, and
+// the instance deprovisions.
+func TestDeepRecordIsRepairable(t *testing.T) {
 	ctx := context.Background()
 	a := newHarness(t)
 	inst := instancePth + newID()

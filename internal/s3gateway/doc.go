@@ -97,9 +97,8 @@
 // holds versions and a key whose SHA-256 is its name, while the key's
 // object does not exist, gets its newest version renamed into the
 // object's place: the same inode, with the version's data and attributes.
-// Versions whose folder carries no key (a data directory written before
-// the server recorded keys, or a folder created by a concurrent write to
-// the same key after the deletion looked) stay as they are and keep the
+// Versions whose folder carries no key (a folder created by a concurrent
+// write to the same key after the deletion looked) stay as they are and keep the
 // bucket from being deleted; the broker's purge then says the bucket lists
 // nothing that it could delete. A rename across file systems (objects/ and
 // versions/ mounted apart) is not attempted: it is logged and left.
