@@ -423,10 +423,10 @@ func newRecordsCommand() *cobra.Command {
 serve skips such a record (start-up, the sweep and every other record's
 operations go on), logs it, counts it in bucketbroker_store_unreadable_records
 and mentions it on /readyz; requests for its own id fail, and the deprovision
-of an instance with such a binding waits for it. bucketbroker no longer
-writes such records; an older version could, from parameters, context or
-bind_resource nested thousands of levels deep. Repair them with
-'bucketbroker admin records repair'.
+of an instance with such a binding waits for it. bucketbroker never
+writes such records: they are damaged, or were written to the store
+outside bucketbroker (a field nested deeper than a record may be is
+repaired by 'bucketbroker admin records repair').
 
 Exit status: 0 none, 1 the store could not be read, 2 unreadable records
 remain (printed).`,

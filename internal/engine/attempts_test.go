@@ -31,8 +31,9 @@ const (
 	// otherMark: another owner's mark (someone tagged it since). Not ours,
 	// attempt or not: left as it is.
 	otherMark
-	// notAttempted: no owner mark and no attempt in the record (as in a
-	// record written before the flags). Not ours: left as it is.
+	// notAttempted: no owner mark and no attempt in the record (as when
+	// the look before the intent found the name taken). Not ours: left
+	// as it is.
 	notAttempted
 )
 

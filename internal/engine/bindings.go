@@ -190,13 +190,9 @@ func (b *bindCall) reuseDeleted(ctx context.Context, rec *Record) {
 		}
 		return
 	}
-	if !rec.UserAttempted {
-		// An unbind leaves nothing of ours under the name and clears the
-		// flag: look again, as for a new binding. (The flag survives only
-		// in a record whose unbind, by an older version, left our
-		// unmarked user in place: the bind adopts it.)
-		rec.UserAttempted = b.e.userFree(ctx, rec, b.how)
-	}
+	// An unbind leaves nothing of ours under the name: look again, as for
+	// a new binding.
+	rec.UserAttempted = b.e.userFree(ctx, rec, b.how)
 }
 
 // userFree looks, before the intent is recorded, whether the binding's user
@@ -262,10 +258,7 @@ func (e *Engine) bindStarted(ctx context.Context, rec *Record, async bool) (Bind
 	}
 	if refused := e.refuseBind(inst, rec); refused != nil {
 		rec.Phase = PhaseDeleted
-		// Nothing was attempted: a later bind looks again. (Should the flag
-		// be one an older version's unbind kept, this errs on the safe
-		// side: its leftover user is then refused, never a foreign one
-		// adopted.)
+		// Nothing was attempted: a later bind looks again.
 		rec.UserAttempted = false
 		rec.Op.State, rec.Op.Description, rec.Op.EndedAt = OpFailed, "bind failed: "+refused.Error(), time.Now().UTC()
 		if err := e.save(ctx, rec); err != nil && !errors.Is(err, ErrStale) {
@@ -377,7 +370,7 @@ func (e *Engine) Unbind(ctx context.Context, req UnbindRequest) (Result, error) 
 		case PhaseDeprovisioning:
 			return e.inFlight(ctx, rec, req.AcceptsIncomplete)
 		}
-		rec.startDeletion()
+		rec.Phase = PhaseDeprovisioning
 		rec.startOp(e.newOp(OpUnbind, req.AcceptsIncomplete, req.Identity))
 		if err := e.save(ctx, rec); errors.Is(err, ErrStale) {
 			continue

@@ -518,7 +518,7 @@ func (e *Engine) Deprovision(ctx context.Context, req DeprovisionRequest) (Resul
 			return Result{}, fmt.Errorf("%w: instance %s is being updated", ErrConcurrency, req.InstanceID)
 		}
 		halting := rec.Phase == PhaseProvisioning
-		rec.startDeletion()
+		rec.Phase = PhaseDeprovisioning
 		rec.startOp(e.newOp(OpDeprovision, req.AcceptsIncomplete, req.Identity))
 		if err := e.save(ctx, rec); errors.Is(err, ErrStale) {
 			continue

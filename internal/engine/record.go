@@ -78,8 +78,7 @@ type Operation struct {
 	// Sent is what the platform's request sent for an upstream record's
 	// provision or update, which the upstream backend forwards as sent
 	// (Target and Request hold the merged, canonical state instead). Nil
-	// for bucket records and for other operations; an update whose Sent is
-	// nil forwards the merged Target.
+	// for bucket records and for other operations.
 	Sent *Sent `json:"sent,omitempty"`
 	// Refused marks a failed operation that the backend refused for good
 	// (driver.ErrInvalid: a 4xx no retry fixes): the request's error, not
@@ -165,8 +164,7 @@ type Record struct {
 	// failed) an unmarked bucket under the name may be this record's own
 	// and is adopted; from then on a bucket without the mark was changed
 	// by someone, and is never adopted or deleted (internal/ensure's
-	// Creation). A record written before the field gets it when its
-	// deprovision starts from ready.
+	// Creation).
 	BucketCreated bool `json:"bucketCreated,omitempty"`
 
 	// UserName, UserAttempted, Access, AccessKeyID and SealedSecret are
@@ -250,18 +248,6 @@ func (r *Record) bucketCreation() ensure.Creation {
 // userCreation is what the record says of its user's creation.
 func (r *Record) userCreation() ensure.Creation {
 	return ensure.CreationOf(r.UserAttempted, r.UserCreated)
-}
-
-// startDeletion moves the record to deprovisioning, for a deprovision or
-// an unbind. A ready bucket record's resource was created and marked: a
-// record written before BucketCreated and UserCreated existed gets them
-// here, so that its deletion refuses a resource whose mark was removed.
-func (r *Record) startDeletion() {
-	if r.Phase == PhaseReady && r.Upstream == "" {
-		r.BucketCreated = r.BucketCreated || (r.Kind == KindInstance && r.BucketAttempted)
-		r.UserCreated = r.UserCreated || r.Kind == KindBinding
-	}
-	r.Phase = PhaseDeprovisioning
 }
 
 // Clone returns a deep copy, so that callers can change it freely.
@@ -356,9 +342,9 @@ func CheckFreeForm(name string, raw []byte) error {
 	return nil
 }
 
-// UnreadableRecord is a stored record that cannot be decoded: written by an
-// older version before the limits above existed, or damaged outside
-// bucketbroker. Stores skip it in List (so that one such record never stops
+// UnreadableRecord is a stored record that cannot be decoded: damaged or
+// written outside bucketbroker (beyond the store's limits, or not a
+// record). Stores skip it in List (so that one such record never stops
 // start-up, the sweep or another record's operation) and report it.
 type UnreadableRecord struct {
 	Kind Kind   `json:"kind"`

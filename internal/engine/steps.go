@@ -278,7 +278,7 @@ func (e *Engine) revokeBindings(ctx context.Context, inst *Record) error {
 				// platform user who caused this unbind.
 				b.startOp(e.newOp(OpUnbind, true, inst.Op.Identity))
 				b.Op.Deadline = inst.Op.Deadline
-				b.startDeletion()
+				b.Phase = PhaseDeprovisioning
 				if err := e.save(ctx, b); err != nil && !errors.Is(err, ErrStale) {
 					return err
 				}

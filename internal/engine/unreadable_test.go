@@ -13,7 +13,7 @@ import (
 )
 
 // spoil rewrites a record in the SQLite state file behind the stores' back,
-// as an older version could have written it: a field nested as deep as
+// as a write outside bucketbroker could: a field nested as deep as
 // encoding/json allows, which makes the whole record unreadable, and an
 // operation in progress, so that start-up and the sweep list it.
 func spoil(t *testing.T, statePath string, kind engine.Kind, id string) {
@@ -45,9 +45,9 @@ func nest(t *testing.T, statePath string, kind engine.Kind, id string, depth int
 	}
 }
 
-// TestUnreadableRecordIsolated: one record that cannot be decoded does not
-// take the broker down. Start-up and the sweep skip it (rather than fail
-// with "list unfinished operations: ... exceeded max depth" on every
+// TestUnreadableRecordIsolated: one record that cannot be decoded no longer
+// takes the broker down. Start-up and the sweep skip it (start-up used to
+// fail with "list unfinished operations: ... exceeded max depth" on every
 // start), every other record's operations go on, and a deprovision whose
 // instance has such a binding waits for it rather than delete the bucket
 // past a credential nobody can revoke, and says how to repair it. After
@@ -119,12 +119,12 @@ func TestUnreadableRecordIsolated(t *testing.T) {
 	}
 }
 
-// TestOldDeepRecordIsRepairable: a record nested deeper than the store
-// writes (planted behind it) but within what encoding/json reads. Reads
-// apply the writes' bounds, so it is not readable yet refused by every
-// write (a DELETE 503 for ever, a record `admin records` would not list):
-// it is reported, the repair prunes it, and the instance deprovisions.
-func TestOldDeepRecordIsRepairable(t *testing.T) {
+// TestDeepRecordIsRepairable: a stored record nested deeper than the store
+// writes but within what encoding/json reads would be readable yet
+// refused by every write (its DELETE 503 for ever) if reads did not apply
+// the writes' bounds. They do: it is reported, the repair prunes it, and
+// the instance deprovisions.
+func TestDeepRecordIsRepairable(t *testing.T) {
 	ctx := context.Background()
 	a := newHarness(t)
 	inst := instancePth + newID()

@@ -17,7 +17,6 @@ import (
 
 	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
 	"github.com/bucketbroker/bucketbroker/internal/engine"
-	"github.com/bucketbroker/bucketbroker/internal/store"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
@@ -274,36 +273,4 @@ func userSnapshot(t *testing.T, c *iam.Client, user string) userState {
 	}
 	slices.Sort(s.Keys)
 	return s
-}
-
-// TestUserAttemptedInStoredRecords: a binding record written before the
-// flag existed reads as not attempted (its bind, if unfinished, looks
-// before its next attempt), and the flag survives the store's codec.
-func TestUserAttemptedInStoredRecords(t *testing.T) {
-	old := `{"kind":"binding","id":"b1","instanceId":"i1","fingerprint":"fp","request":{"serviceId":"s","planId":"p"},` +
-		`"phase":"provisioning","op":{"id":"op1","type":"bind","state":"in progress","startedAt":"2026-01-02T03:04:05Z","deadline":"2026-01-02T04:04:05Z"},` +
-		`"bucket":"bb-b","owner":"bucketbroker:binding:0123","userName":"bb-u","access":"read-write","version":3,` +
-		`"createdAt":"2026-01-02T03:04:05Z","updatedAt":"2026-01-02T03:04:05Z"}`
-	rec, err := store.Decode(3, []byte(old))
-	if err != nil {
-		t.Fatalf("decode a record written before userAttempted: %v", err)
-	}
-	if rec.UserAttempted || rec.UserName != "bb-u" {
-		t.Errorf("old record decodes with userAttempted %v and user %q, want false and %q", rec.UserAttempted, rec.UserName, "bb-u")
-	}
-	rec.UserAttempted = true
-	data, err := store.Encode(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(data), `"userAttempted":true`) {
-		t.Errorf("encoded record %s lacks \"userAttempted\":true", data)
-	}
-	again, err := store.Decode(4, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !again.UserAttempted {
-		t.Errorf("userAttempted lost in a round trip through the codec")
-	}
 }

@@ -5,6 +5,6 @@
 //
 // The OSB door and the engine use Depth to refuse free-form values nested
 // beyond their limit; the stores use it to refuse (and, on read, to report)
-// records beyond theirs, and Prune to repair a record an older version
-// wrote before those limits existed.
+// records beyond theirs, and Prune to repair a stored record beyond them
+// (written outside bucketbroker: the stores never write one).
 package jsonnest

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
@@ -282,114 +281,6 @@ func TestUnmarkedUserBeforeClaim(t *testing.T) {
 	deleteObj(ctx, t, obc)
 	waitGone(ctx, t, obc)
 	untouched("after the claim was deleted")
-}
-
-// TestObjectBucketWithoutAttempts: an ObjectBucket written before the
-// attempt flags existed (here: the first manager stops right after creating
-// it, and the flags are removed) gets the look and the flags, with a write
-// preconditioned on its resourceVersion, before the first EnsureBucket; the
-// claim binds. Once Bound, an ObjectBucket without the flags costs no
-// backend call, not even after a restart.
-func TestObjectBucketWithoutAttempts(t *testing.T) {
-	apiServer(t)
-	ctx := testContext(t)
-	ns := namespace(ctx, t, k8s)
-	prov := newProvisioner()
-	class := storageClass(ctx, t, prov, corev1.PersistentVolumeReclaimDelete, nil)
-	obc := newClaim(ns, "old-record", class, nil)
-
-	crashed := make(chan struct{})
-	var once sync.Once
-	var first atomic.Pointer[controllerRun]
-	// The first manager changes nothing on the backend: a pass it started
-	// before it stopped could otherwise die (its context canceled) between
-	// creating the bucket and marking it, which an ObjectBucket without the
-	// flags cannot tell from someone else's bucket.
-	inert := &hookDriver{Driver: backend.drv, ensureBucket: func(context.Context, driver.BucketSpec) error {
-		return errors.New("the first manager makes nothing (test)")
-	}}
-	first.Store(startController(t, runOptions{provisioner: prov, drv: inert, afterWrite: func(p string) error {
-		if p != "objectbucket-created" {
-			return nil
-		}
-		fired := false
-		once.Do(func() { fired = true; first.Load().cancel(); close(crashed) })
-		if fired {
-			return errCrash
-		}
-		return nil
-	}}))
-	create(ctx, t, obc)
-	select {
-	case <-crashed:
-	case <-ctx.Done():
-		t.Fatal("the first manager never created the ObjectBucket")
-	}
-	first.Load().stop()
-	obName := NameForClaim(obc.UID)
-	removeAttempts(ctx, t, obName)
-
-	var flagsAtEnsure []string
-	var mu sync.Mutex
-	drv := &hookDriver{Driver: backend.drv}
-	drv.ensureBucket = func(ctx context.Context, spec driver.BucketSpec) error {
-		ob := &obv1.ObjectBucket{}
-		if err := k8s.Get(ctx, client.ObjectKey{Name: obName}, ob); err != nil {
-			return err
-		}
-		mu.Lock()
-		flagsAtEnsure = append(flagsAtEnsure, fmt.Sprintf("%s/%s adopt=%v",
-			ob.Annotations[stateBucketAttempted], ob.Annotations[stateUserAttempted], spec.AdoptUnmarked))
-		mu.Unlock()
-		return backend.drv.EnsureBucket(ctx, spec)
-	}
-	second := startController(t, runOptions{provisioner: prov, drv: drv})
-	waitPhase(ctx, t, obc, obv1.PhaseBound)
-	b := readBinding(ctx, t, obc)
-	mu.Lock()
-	if len(flagsAtEnsure) == 0 || flagsAtEnsure[0] != "true/true adopt=true" {
-		t.Errorf("at each EnsureBucket the ObjectBucket said (bucket/user attempted) %v, want true/true adopt=true from the first", flagsAtEnsure)
-	}
-	mu.Unlock()
-	if drv.observeCalls.Load() == 0 {
-		t.Error("no look before the ObjectBucket's flags were recorded")
-	}
-	checkCredentials(ctx, t, b, "")
-
-	second.stop()
-	removeAttempts(ctx, t, obName)
-	drv2 := &hookDriver{Driver: backend.drv}
-	startController(t, runOptions{provisioner: prov, drv: drv2})
-	patchAnnotation(ctx, t, obc, "test/poke", "after-restart")
-	// A Bound pass writes nothing there is to wait for; the restart's
-	// passes and the poke's run within milliseconds (as in
-	// TestPrunedObjectBucketNameProvisionsOnce).
-	time.Sleep(time.Second)
-	if n := drv2.observeCalls.Load() + drv2.ensureBucketCalls.Load() + drv2.ensureCredCalls.Load(); n != 0 {
-		t.Errorf("%d backend calls for a Bound claim whose ObjectBucket lacks the flags, want none", n)
-	}
-	deleteObj(ctx, t, obc)
-	waitGone(ctx, t, obc)
-	if bucketExists(ctx, t, b.bucket) {
-		t.Errorf("bucket %s left after the claim was deleted", b.bucket)
-	}
-}
-
-// removeAttempts makes the ObjectBucket look written before the attempt
-// flags existed: neither its record in annotations nor its copy in
-// spec.additionalState holds them.
-func removeAttempts(ctx context.Context, t *testing.T, name string) {
-	t.Helper()
-	patch := `[` +
-		`{"op":"remove","path":"/metadata/annotations/bucketbroker.io~1bucket-attempted"},` +
-		`{"op":"remove","path":"/metadata/annotations/bucketbroker.io~1user-attempted"},` +
-		`{"op":"remove","path":"/spec/additionalState/bucketbroker.io~1bucket-attempted"},` +
-		`{"op":"remove","path":"/spec/additionalState/bucketbroker.io~1user-attempted"}]`
-	ob := &obv1.ObjectBucket{}
-	ob.Name = name
-	if err := k8s.Patch(ctx, ob, client.RawPatch(types.JSONPatchType, []byte(patch))); err != nil {
-		t.Fatalf("remove the attempt flags: %v", err)
-	}
 }
 
 func bucketOwner(ctx context.Context, t *testing.T, name string) string {

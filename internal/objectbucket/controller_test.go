@@ -177,9 +177,10 @@ func TestClaimRequests(t *testing.T) {
 	checkLeftToCollector(ctx, t, b.cm, b.claim.UID)
 }
 
-// TestOldConfigMapFinalizerRemoved: a ConfigMap that an earlier version of
-// the controller gave our finalizer loses it when its claim is deleted, so
-// that the garbage collector can remove it.
+// TestOldConfigMapFinalizerRemoved: a ConfigMap of the claim that carries
+// the shared finalizer (lib-bucket-provisioner put it on ConfigMaps) loses
+// it when its claim is deleted, so that the garbage collector can remove
+// it.
 func TestOldConfigMapFinalizerRemoved(t *testing.T) {
 	apiServer(t)
 	ctx := testContext(t)

@@ -119,8 +119,9 @@ func (r *Reconciler) undo(ctx context.Context, s *scope, ob *obv1.ObjectBucket) 
 
 	// The ConfigMap is not deleted here: its controller reference lets the
 	// garbage collector remove it once the claim is gone, and it carries no
-	// finalizer (keepsFinalizer). One stamped before that still carries
-	// ours, which is removed so that the collector can.
+	// finalizer (keepsFinalizer). One that carries it (as
+	// lib-bucket-provisioner made them) has it removed so that the
+	// collector can.
 	key := client.ObjectKeyFromObject(s.claim)
 	if err := r.releaseConfigMap(ctx, s); err != nil {
 		return r.quiet(ctx, err)
@@ -157,9 +158,9 @@ func (r *Reconciler) undo(ctx context.Context, s *scope, ob *obv1.ObjectBucket) 
 	return reconcile.Result{}, nil
 }
 
-// releaseConfigMap removes our finalizer from the claim's ConfigMap where
-// an older version of this controller put it. The cache is asked alone: it
-// holds every ConfigMap of ours, and costs no request.
+// releaseConfigMap removes the finalizer from the claim's ConfigMap where
+// lib-bucket-provisioner, which shares it, put it. The cache is asked
+// alone: it holds every ConfigMap of ours, and costs no request.
 func (r *Reconciler) releaseConfigMap(ctx context.Context, s *scope) error {
 	cm := &corev1.ConfigMap{}
 	err := r.client.Get(ctx, client.ObjectKeyFromObject(s.claim), cm)

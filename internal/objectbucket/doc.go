@@ -20,11 +20,10 @@
 // every status field but phase), so what the controller reads back lives
 // in the ObjectBucket's metadata: the claim's UID in a label, its
 // namespace/name and the record in annotations (record.go). The spec
-// fields say the same for tools, and are read only on ObjectBuckets
-// written before the annotations, which get them on the next pass. Writes
-// go with fieldValidation=Ignore and each answer is compared with what was
-// sent: a field the schema dropped is said once (log line and Event), and
-// pruned status fields are no longer written. A generated bucket name is a
+// fields say the same for tools. Writes go with fieldValidation=Ignore
+// and each answer is compared with what was sent: a field the schema
+// dropped is said once (log line and Event), and pruned status fields are
+// no longer written. A generated bucket name is a
 // function of the UID too, and is recorded on the claim before the bucket is
 // created. The Secret is the record of the access key: its
 // AWS_ACCESS_KEY_ID is the key EnsureCredential keeps, so a key whose Secret
@@ -39,9 +38,9 @@
 // the attempts: before it is created the controller looks at the bucket and
 // user names (ensure.Look) and puts, in the same Create, an attempt flag for
 // each name that is free or already the claim's. A name taken before the
-// look fails the claim before anything is created, and is never touched. An
-// ObjectBucket written before the flags existed gets the look and the flags
-// before its next backend change.
+// look fails the claim before anything is created, and is never touched; a
+// later pass looks again, and records the flags it earns before its next
+// backend change.
 //
 // Deletion works from the ObjectBucket alone, so a missing StorageClass
 // never blocks it: revoke the credential, then (only once that succeeded: a

@@ -31,8 +31,9 @@ const (
 	// LabelClaimUID on an ObjectBucket is the UID of the claim it is bound
 	// to, and AnnotationClaim its "<namespace>/<name>": the binding as
 	// metadata, which no CRD schema prunes. spec.claimRef says the same for
-	// tools that read it, and is read only on ObjectBuckets written before
-	// these keys (boundUID): NooBaa's CRD prunes everything under it.
+	// tools that read it (NooBaa's CRD prunes everything under it); the
+	// controller reads it only to refuse an ObjectBucket whose claimRef
+	// names another claim (boundUID).
 	LabelClaimUID   = "bucketbroker.io/claim-uid"
 	AnnotationClaim = "bucketbroker.io/claim"
 	// annotationReclaimPolicy on an ObjectBucket records its reclaim
@@ -40,9 +41,8 @@ const (
 	annotationReclaimPolicy = "bucketbroker.io/reclaim-policy"
 
 	// Keys of the ObjectBucket's record: its annotations, and the same keys
-	// in spec.additionalState for tools that read it (and for ObjectBuckets
-	// written before the annotations). They let deletion work without the
-	// StorageClass or the claim's spec.
+	// in spec.additionalState for tools that read it. They let deletion
+	// work without the StorageClass or the claim's spec.
 	stateUser          = "bucketbroker.io/user"
 	stateOwner         = "bucketbroker.io/owner"
 	stateBucketOwned   = "bucketbroker.io/bucket-owned"
@@ -52,8 +52,7 @@ const (
 	// or the user showed the name free or carrying the claim's mark. Only
 	// then is an unmarked bucket or user of that name the claim's own,
 	// left by a crash between creating it and marking it, and adopted
-	// (AdoptUnmarked). Absent (an ObjectBucket written before these keys)
-	// or "false" means: look before the next attempt.
+	// (AdoptUnmarked). "false" means: look before the next attempt.
 	stateBucketAttempted = "bucketbroker.io/bucket-attempted"
 	stateUserAttempted   = "bucketbroker.io/user-attempted"
 

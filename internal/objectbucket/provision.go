@@ -157,9 +157,6 @@ func (r *Reconciler) ensureClaimMeta(ctx context.Context, s *scope) (reconcile.R
 // same Create.
 func (r *Reconciler) ensureObjectBucket(ctx context.Context, s *scope) (reconcile.Result, error) {
 	if s.ob != nil {
-		if err := r.ensureRecord(ctx, s); err != nil {
-			return reconcile.Result{}, err
-		}
 		return r.recordAttempts(ctx, s)
 	}
 	t, err := r.lookFirst(ctx, s)
@@ -206,38 +203,8 @@ func (r *Reconciler) ensureObjectBucket(ctx context.Context, s *scope) (reconcil
 	return reconcile.Result{}, nil
 }
 
-// ensureRecord copies the binding and the record of an ObjectBucket
-// written before they lived in metadata (plan read them from its spec, or
-// found it by name and owner mark where claimRef was pruned) into its
-// label and annotations, with a patch preconditioned on its
-// resourceVersion, before any backend call for the claim. From then on
-// nothing the controller reads is in a field a schema can prune.
-func (r *Reconciler) ensureRecord(ctx context.Context, s *scope) error {
-	if hasRecord(s.ob, s.claim) {
-		return nil
-	}
-	base := s.ob.DeepCopy()
-	labels := maps.Clone(s.ob.Labels)
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[LabelClaimUID] = string(s.claim.UID)
-	a := maps.Clone(s.ob.Annotations)
-	if a == nil {
-		a = map[string]string{}
-	}
-	maps.Copy(a, recordAnnotations(s.claim, s.plan))
-	s.ob.Labels, s.ob.Annotations = labels, a
-	if err := r.client.Patch(ctx, s.ob, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), ignoreUnknown); err != nil {
-		return fmt.Errorf("record the binding on object bucket: %w", err)
-	}
-	r.written.changed(s.claim.UID, s.ob, base.ResourceVersion)
-	return nil
-}
-
 // recordAttempts gives an ObjectBucket that does not hold both attempt
-// flags (one written before they existed, or one created while a name was
-// taken) the look a new one gets, and records the flags it earns with a
+// flags (one created while a name was taken) the look a new one gets, and records the flags it earns with a
 // patch preconditioned on the ObjectBucket's resourceVersion, before any
 // Ensure call. A Bound claim makes no backend call: its bucket and user
 // carry its mark already.
@@ -458,8 +425,9 @@ func (r *Reconciler) put(ctx context.Context, s *scope, obj client.Object, creat
 }
 
 // stamp makes obj one of the claim's: label, controller reference, and our
-// finalizer on a Secret only (keepsFinalizer). A ConfigMap stamped before
-// it lost its finalizer has ours removed here.
+// finalizer on a Secret only (keepsFinalizer). A ConfigMap that carries
+// the finalizer (lib-bucket-provisioner put it on ConfigMaps too) has it
+// removed here.
 func (r *Reconciler) stamp(s *scope, obj client.Object) {
 	obj.SetName(s.claim.Name)
 	obj.SetNamespace(s.claim.Namespace)

@@ -13,7 +13,6 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
-	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
 // The ObjectBucket is the claim's durable record, and the CRDs users
@@ -23,8 +22,7 @@ import (
 // exactly-once therefore lives in metadata, which no schema prunes: the
 // claim's UID in a label, its namespace/name and the record (names, owner
 // mark, reclaim policy, attempt flags) in annotations. The spec fields carry
-// the same values for tools that read them, and are read only on
-// ObjectBuckets written before the annotations.
+// the same values for tools that read them.
 
 // CRD names, as the read-back reports them.
 const (
@@ -56,80 +54,34 @@ func recordAnnotations(c *obv1.ObjectBucketClaim, p plan) map[string]string {
 	return a
 }
 
-// hasRecord reports whether ob carries the binding to claim c and its
-// record in metadata.
-func hasRecord(ob *obv1.ObjectBucket, c *obv1.ObjectBucketClaim) bool {
-	a := ob.Annotations
-	return ob.Labels[LabelClaimUID] == string(c.UID) && a[AnnotationClaim] == c.Namespace+"/"+c.Name &&
-		a[stateOwner] != "" && a[AnnotationBucketName] != "" && a[annotationReclaimPolicy] != ""
-}
-
-// planOf reads the record of ob: each key from its annotations, else (an
-// ObjectBucket written before them) from its spec.
+// planOf reads the record of ob from its annotations.
 func planOf(ob *obv1.ObjectBucket) plan {
-	a, st := ob.Annotations, ob.Spec.AdditionalState
-	get := func(k string) string {
-		if v, ok := a[k]; ok {
-			return v
-		}
-		return st[k]
+	a := ob.Annotations
+	return plan{
+		bucket: a[AnnotationBucketName], user: a[stateUser], owner: a[stateOwner],
+		reclaim:         obv1.ReclaimPolicy(a[annotationReclaimPolicy]),
+		owned:           a[stateBucketOwned] == "true",
+		adoptUnmarked:   a[stateAdoptUnmarked] == "true",
+		bucketAttempted: a[stateBucketAttempted] == "true",
+		userAttempted:   a[stateUserAttempted] == "true",
 	}
-	p := plan{reclaim: ob.Spec.ReclaimPolicy}
-	if v := a[annotationReclaimPolicy]; v != "" {
-		p.reclaim = obv1.ReclaimPolicy(v)
-	}
-	if ob.Spec.Endpoint != nil {
-		p.bucket = ob.Spec.Endpoint.BucketName
-	}
-	if v := a[AnnotationBucketName]; v != "" {
-		p.bucket = v
-	}
-	p.user, p.owner = get(stateUser), get(stateOwner)
-	p.owned = get(stateBucketOwned) == "true"
-	p.adoptUnmarked = get(stateAdoptUnmarked) == "true"
-	p.bucketAttempted = get(stateBucketAttempted) == "true"
-	p.userAttempted = get(stateUserAttempted) == "true"
-	return p
 }
 
 // boundUID returns the UID of the claim ob is bound to, or "" when it is
-// bound to none that can be trusted.
-//
-// The label decides; a claimRef that names another UID contradicts it and
-// binds ob to nothing. An ObjectBucket written before the label is bound
-// by its claimRef, or, where the schema pruned that (NooBaa's), by its
-// name and owner mark, which are both derived from the claim's UID.
+// bound to none that can be trusted: the label decides, and a claimRef
+// that names another UID contradicts it and binds ob to nothing.
 func boundUID(ob *obv1.ObjectBucket) types.UID {
-	var ref types.UID
-	if ob.Spec.ClaimRef != nil {
-		ref = ob.Spec.ClaimRef.UID
+	uid := types.UID(ob.Labels[LabelClaimUID])
+	if ref := ob.Spec.ClaimRef; ref != nil && ref.UID != "" && ref.UID != uid {
+		return ""
 	}
-	if uid := types.UID(ob.Labels[LabelClaimUID]); uid != "" {
-		if ref != "" && ref != uid {
-			return ""
-		}
-		return uid
-	}
-	if ref != "" {
-		return ref
-	}
-	uid, ok := strings.CutPrefix(ob.Name, NameForClaim(""))
-	if ok && uid != "" && planOf(ob).owner == driver.OwnerMark(claimKind, uid) {
-		return types.UID(uid)
-	}
-	return ""
+	return uid
 }
 
 // claimKeyOf returns the "<namespace>/<name>" of the claim ob is bound to,
 // or "".
 func claimKeyOf(ob *obv1.ObjectBucket) string {
-	if k := ob.Annotations[AnnotationClaim]; k != "" {
-		return k
-	}
-	if ref := ob.Spec.ClaimRef; ref != nil && ref.Namespace != "" && ref.Name != "" {
-		return ref.Namespace + "/" + ref.Name
-	}
-	return ""
+	return ob.Annotations[AnnotationClaim]
 }
 
 // claimNameOf splits claimKeyOf(ob).

@@ -7,8 +7,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync/atomic"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -271,4 +274,27 @@ func hasSubdirs(dir string) bool {
 		return true
 	}
 	return st.Nlink != 2
+}
+
+// eachFile calls f(0..n-1) on as many goroutines as there are cores (the
+// repair's buckets) and returns the first error. The goroutines take the
+// next i as they finish one: a goroutine per call would grow its stack
+// anew each time.
+func eachFile(n int, f func(i int) error) error {
+	var (
+		g    errgroup.Group
+		next atomic.Int64
+	)
+	for range min(n, runtime.GOMAXPROCS(0)) {
+		g.Go(func() error {
+			var first error
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				if err := f(i); err != nil && first == nil {
+					first = err
+				}
+			}
+			return first
+		})
+	}
+	return g.Wait()
 }

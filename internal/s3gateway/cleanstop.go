@@ -17,13 +17,12 @@ import (
 // A start reads what a clean stop left, to skip work whose result it
 // already holds: the clean-stop marker (cleanStopFile: the bucket repair
 // can be skipped). (The IAM users need no such file: their database opens
-// without reading them, however the last server ended; the IAM index an
-// older bucketbroker left, DataDir/iam/index, is removed by the first
-// start, iammigrate.go.) The marker follows one rule: a start removes it,
-// and makes the removal durable, before the server serves, so that after
-// a start every change is made without it on disk, and a process killed
-// after it (kill -9, a crash of the machine) leaves none behind; only a
-// stop that completed writes it again. A start that does not find it, or
+// without reading them, however the last server ended.) The marker
+// follows one rule: a start removes it, and makes the removal durable,
+// before the server serves, so that after a start every change is made
+// without it on disk, and a process killed after it (kill -9, a crash of
+// the machine) leaves none behind; only a stop that completed writes it
+// again. A start that does not find it, or
 // finds it unreadable or stale, does the full work, as every start did
 // before.
 //
@@ -111,6 +110,10 @@ func unseal(magic string, b []byte) ([]byte, error) {
 	}
 	return b[len(magic):n], nil
 }
+
+// tmpSuffix ends the name of a file a write fills before it renames it
+// into place (writeDurable, the in-flight file).
+const tmpSuffix = ".tmp"
 
 // writeDurable writes b to path durably: a temporary file, fsynced,
 // renamed over path, and the folder fsynced, so that after a crash of the

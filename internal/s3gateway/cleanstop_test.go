@@ -103,9 +103,7 @@ func stoppedWithUsers(t *testing.T) (cfg Config, logged *strings.Builder, first 
 // TestCleanStopSkipsRepair: a start after a clean stop takes the
 // clean-stop marker (gone before it serves, so a kill from then on leaves
 // none), does not repair, reads no IAM user (nor after a kill:
-// TestKillRunsRepair), and has every user, key and bucket. A clean stop
-// leaves no IAM index (the users database needs none), and a start
-// removes the one an older bucketbroker left.
+// TestKillRunsRepair), and has every user, key and bucket.
 func TestCleanStopSkipsRepair(t *testing.T) {
 	ctx := context.Background()
 	cfg := testConfig(t, t.TempDir())
@@ -116,12 +114,9 @@ func TestCleanStopSkipsRepair(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop(t, first)
-	index, marker := filepath.Join(cfg.DataDir, "iam", oldIndexFile), filepath.Join(cfg.DataDir, cleanStopFile)
-	if exists(index) || !exists(marker) {
-		t.Fatalf("after a clean stop: IAM index there %v, marker there %v; want the marker only", exists(index), exists(marker))
-	}
-	if err := os.WriteFile(index, []byte("bucketbroker IAM index 1\n"), 0o600); err != nil {
-		t.Fatal(err)
+	marker := filepath.Join(cfg.DataDir, cleanStopFile)
+	if !exists(marker) {
+		t.Fatal("after a clean stop: no marker")
 	}
 
 	before := countsNow()
@@ -129,8 +124,8 @@ func TestCleanStopSkipsRepair(t *testing.T) {
 	if got := countsNow().since(before); got != (counts{0, 0}) {
 		t.Errorf("a start after a clean stop: %d repairs, %d users read; want 0, 0", got.repairs, got.reads)
 	}
-	if exists(index) || exists(marker) {
-		t.Errorf("while serving: IAM index there %v, marker there %v; want neither (a kill now must leave none)", exists(index), exists(marker))
+	if exists(marker) {
+		t.Error("while serving: the marker is there; want none (a kill now must leave none)")
 	}
 	checkUsers(t, second, cfg, keys)
 	if _, err := s3Client(second, cfg.RootAccessKey, cfg.RootSecretKey).HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &bucket}); err != nil {

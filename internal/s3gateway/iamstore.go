@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
+	"io/fs"
 	"math"
 	"net/url"
 	"os"
@@ -54,14 +54,11 @@ const usersDB = "users.db"
 // checkpoint fsyncs. A kill -9 at any instant therefore loses no
 // committed change and never leaves a change in part (SQLite's
 // transactions: TestUserStoreKillMidWrite); a crash of the machine can
-// lose the last changes, not corrupt the database. That is what the user
-// files before it gave (renamed into place, not fsynced), at the cost of
-// a write, not of an fsync, per change: a binding is three or four IAM
-// changes. The broker's own record of the binding is fsynced by its store
+// lose the last changes, not corrupt the database: a change costs a
+// write, not an fsync, and a binding is three or four IAM changes. The
+// broker's own record of the binding is fsynced by its store
 // (synchronous=FULL); a binding whose user or key a crash of the machine
-// lost is what `bucketbroker admin audit` reports as missing. The migration of an older layout (iammigrate.go) is the one
-// place that needs more: the older files are removed only after a
-// checkpoint has fsynced the users into the database file.
+// lost is what `bucketbroker admin audit` reports as missing.
 type userStore struct {
 	storage.Storer // root: roles, OIDC providers, sessions
 
@@ -70,11 +67,6 @@ type userStore struct {
 	// by database/sql, in a transaction that takes SQLite's write lock at
 	// BEGIN; readers serve reads beside it (WAL).
 	writer, readers *sql.DB
-	// migrated counts the users the open moved from an older layout.
-	migrated int
-	// stopRemoval stops the removal of the moved users' files
-	// (removeMoved), closed when it ends.
-	stopRemoval, removalDone chan struct{}
 }
 
 var _ storage.Storer = (*userStore)(nil)
@@ -106,10 +98,10 @@ PRAGMA user_version = 1;`
 var userReads atomic.Int64
 
 // newUserStore opens the IAM directory dir: root's file store, and the
-// users database, created if missing, into which the users of an older
-// layout are moved first (migrateUsers, which logs its progress to log;
-// nil means slog.Default()).
-func newUserStore(ctx context.Context, dir string, log *slog.Logger) (*userStore, error) {
+// users database, created if missing. A directory that holds users
+// anywhere else (unusedUsers) is refused: opening it would serve none of
+// them.
+func newUserStore(ctx context.Context, dir string) (*userStore, error) {
 	if unwritten, err := unwrittenStore(dir); err != nil {
 		return nil, fmt.Errorf("open IAM store: %w", err)
 	} else if unwritten {
@@ -119,21 +111,13 @@ func newUserStore(ctx context.Context, dir string, log *slog.Logger) (*userStore
 			return nil, fmt.Errorf("open IAM store: %w", err)
 		}
 	}
+	if err := unusedUsers(dir); err != nil {
+		return nil, fmt.Errorf("open IAM store %s: %w", dir, err)
+	}
 	s := &userStore{dir: dir}
 	if err := s.openDB(ctx); err != nil {
 		return nil, fmt.Errorf("open IAM store %s: %w", filepath.Join(dir, usersDB), err)
 	}
-	if log == nil {
-		log = slog.Default()
-	}
-	n, err := s.migrateUsers(ctx, log)
-	if err != nil {
-		_ = s.Close()
-		return nil, fmt.Errorf("open IAM store: %w", err)
-	}
-	s.migrated = n
-	s.removeMoved(log)
-	// After the migration: it takes the older users out of root's file.
 	root, err := storage.NewInternal(dir)
 	if err != nil {
 		_ = s.Close()
@@ -141,6 +125,52 @@ func newUserStore(ctx context.Context, dir string, log *slog.Logger) (*userStore
 	}
 	s.Storer = root
 	return s, nil
+}
+
+// Where users are found outside the users database: a users folder (a
+// folder or a file per user), the index of those files, and users in
+// root's file (versitygw's own store, storeFile). This store never writes
+// any of them: root's file keeps roles, OIDC providers and sessions only.
+const (
+	usersDir     = "users"
+	oldIndexFile = "index"
+)
+
+// unusedUsers returns an error when the IAM directory dir holds users
+// outside the users database, which this store does not read. It looks
+// at two names and reads root's file, which holds no users here.
+func unusedUsers(dir string) error {
+	var found []string
+	for _, name := range []string{usersDir, oldIndexFile} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+			found = append(found, name)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, storeFile))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return err
+	case len(b) > 0:
+		// The layout of versitygw's file (storage.InternalStore's
+		// iamConfig): users by name.
+		var conf struct {
+			Users map[string]json.RawMessage `json:"users"`
+		}
+		if err := json.Unmarshal(b, &conf); err != nil {
+			return fmt.Errorf("read %s: %w", filepath.Join(dir, storeFile), err)
+		}
+		if len(conf.Users) > 0 {
+			found = append(found, fmt.Sprintf("%s: %d user(s)", storeFile, len(conf.Users)))
+		}
+	}
+	if len(found) > 0 {
+		return fmt.Errorf("IAM users are stored outside %s (%s), where this bucketbroker does not read them: "+
+			"refusing to start without them; nothing was changed", usersDB, strings.Join(found, ", "))
+	}
+	return nil
 }
 
 // openDB opens the users database, its file 0600 (SQLite's -wal and -shm
@@ -222,7 +252,6 @@ func usersDSN(path string, readOnly bool) string {
 // Close closes the users database (its last connection checkpoints the
 // log into the database file). Calls after Close fail.
 func (s *userStore) Close() error {
-	s.stopRemoving()
 	var errs []error
 	if s.readers != nil {
 		errs = append(errs, s.readers.Close())
@@ -415,8 +444,7 @@ func keyTaken(ctx context.Context, tx *sql.Tx, id string) (bool, error) {
 	return taken, err
 }
 
-// The statements that the store's calls and the migration (prepared once
-// there) share.
+// Statements of the store's calls.
 const (
 	addUserSQL   = `INSERT INTO users (id, name, folded, path, data) VALUES (?, ?, ?, ?, ?)`
 	addKeySQL    = `INSERT INTO access_keys (id, user) VALUES (?, ?)`
@@ -424,18 +452,10 @@ const (
 	keyTakenSQL  = `SELECT EXISTS (SELECT 1 FROM access_keys WHERE id = ?)`
 )
 
-// execFunc runs one statement with its arguments: a prepared statement's
-// ExecContext, or a transaction's with the statement bound (txExec).
-type execFunc func(ctx context.Context, args ...any) (sql.Result, error)
-
-func txExec(tx *sql.Tx, query string) execFunc {
-	return func(ctx context.Context, args ...any) (sql.Result, error) { return tx.ExecContext(ctx, query, args...) }
-}
-
-// addRow inserts u's row, its other fields encoded as data, through
-// addUser (addUserSQL), and returns the row's rid.
-func addRow(ctx context.Context, addUser execFunc, u types.User, data []byte) (int64, error) {
-	res, err := addUser(ctx, u.UserID, u.UserName, strings.ToLower(u.UserName), u.Path, data)
+// addRow inserts u's row, its other fields encoded as data, and returns
+// the row's rid.
+func addRow(ctx context.Context, tx *sql.Tx, u types.User, data []byte) (int64, error) {
+	res, err := tx.ExecContext(ctx, addUserSQL, u.UserID, u.UserName, strings.ToLower(u.UserName), u.Path, data)
 	if err != nil {
 		return 0, fmt.Errorf("create IAM user %q: %w", u.UserName, err)
 	}
@@ -476,7 +496,7 @@ func insertUser(ctx context.Context, tx *sql.Tx, u types.User) error {
 	if err != nil {
 		return err
 	}
-	rid, err := addRow(ctx, txExec(tx, addUserSQL), u, data)
+	rid, err := addRow(ctx, tx, u, data)
 	if err != nil {
 		return err
 	}
@@ -609,4 +629,69 @@ func cloneUser(u types.User) *types.User {
 	u.AccessKeys = slices.Clone(u.AccessKeys)
 	u.Policies.Inline = slices.Clone(u.Policies.Inline)
 	return &u
+}
+
+// storeFile is the file of versitygw's file store (storage.InternalStore)
+// in its directory.
+const storeFile = "iam.json"
+
+// backupFile is where the file store copies its file before each change.
+const backupFile = storeFile + ".backup"
+
+// unwrittenStore reports whether root's file store in dir has an empty
+// file that never held anything, and removes the temporary files a killed
+// write left.
+//
+// The file store writes every change to a temporary file renamed over the
+// old one, after copying the old one to a backup the same way, so under a
+// kill -9 a change is whole or absent; but the very first write, of the
+// empty default when the file is missing, is a plain create-then-write,
+// and a process killed between the two leaves an empty file that the
+// store then refuses to parse ("unexpected end of JSON input") at every
+// start after. Such a file has no backup yet: it never held anything, and
+// is written anew. An empty file WITH a backup is another matter: nothing
+// but a crash of the machine (the store does not fsync) truncates a file
+// that was renamed into place, and it held roles, OIDC providers or
+// sessions; the store refuses to start rather than drop them.
+//
+// A temporary file ("iam.json" and digits) left by a write that was
+// killed before its rename holds a whole copy of the store and is never
+// read again: it is removed.
+func unwrittenStore(dir string) (bool, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, e := range entries {
+		if n := e.Name(); strings.HasPrefix(n, storeFile) && n != storeFile && n != backupFile && !e.IsDir() {
+			if err := os.Remove(filepath.Join(dir, n)); err != nil {
+				return false, fmt.Errorf("remove a killed write's temporary file: %w", err)
+			}
+		}
+	}
+	fi, err := os.Stat(filepath.Join(dir, storeFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if fi.Size() > 0 {
+		return false, nil
+	}
+	backup, err := os.Stat(filepath.Join(dir, backupFile))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return true, nil
+	case err != nil:
+		return false, err
+	case backup.Size() > 0:
+		return false, fmt.Errorf("%s is empty but was written before (its backup %s is not): "+
+			"lost in a crash of the machine? Nothing was removed; restore it by hand "+
+			"(the backup holds the state before the last change)", filepath.Join(dir, storeFile), backupFile)
+	}
+	return true, nil
 }

@@ -2,11 +2,8 @@ package s3gateway
 
 import (
 	"context"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,7 +23,7 @@ import (
 
 func openUserStore(t *testing.T, dir string) *userStore {
 	t.Helper()
-	s, err := newUserStore(context.Background(), dir, nil)
+	s, err := newUserStore(context.Background(), dir)
 	if err != nil {
 		t.Fatalf("newUserStore: %v", err)
 	}
@@ -137,56 +134,97 @@ func TestUserStoreAcrossUsers(t *testing.T) {
 	}
 }
 
-// TestUserStoreKeepsOlderUsers opens an IAM directory written by
-// versitygw's own store (every user in iam.json): those users, their keys
-// and policies are moved into the database and served, alongside new
-// ones, and are not left in iam.json.
-func TestUserStoreKeepsOlderUsers(t *testing.T) {
+// TestUserStoreRefusesUsersElsewhere: an IAM directory with users that
+// are not in the database (in root's iam.json, as versitygw's own store
+// keeps them, or in a users folder, or beside an index of user files) is
+// refused with an error that names where they are, and nothing in it is
+// changed: serving it would answer as if they did not exist.
+func TestUserStoreRefusesUsersElsewhere(t *testing.T) {
 	ctx := context.Background()
+	cases := []struct {
+		name  string
+		setup func(t *testing.T, dir string)
+		want  string
+	}{
+		{"users in iam.json", func(t *testing.T, dir string) {
+			root, err := storage.NewInternal(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := root.CreateUser(ctx, newUser("alice", "AIDA0001")); err != nil {
+				t.Fatal(err)
+			}
+		}, storeFile + ": 1 user(s)"},
+		{"a users folder", func(t *testing.T, dir string) {
+			if err := os.MkdirAll(filepath.Join(dir, usersDir, "u41494441"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}, "(" + usersDir + ")"},
+		{"an index of user files", func(t *testing.T, dir string) {
+			if err := os.WriteFile(filepath.Join(dir, oldIndexFile), []byte("bucketbroker IAM index 1\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "(" + oldIndexFile + ")"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			c.setup(t, dir)
+			before := dirContents(t, dir)
+			s, err := newUserStore(ctx, dir)
+			if err == nil {
+				_ = s.Close()
+				t.Fatal("the open succeeded, want a refusal")
+			}
+			if !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "refusing to start without them") {
+				t.Errorf("the open: %v; want an error with %q", err, c.want)
+			}
+			if diff := cmp.Diff(before, dirContents(t, dir)); diff != "" {
+				t.Errorf("the refused open changed the IAM directory (-before +after):\n%s", diff)
+			}
+		})
+	}
+
+	// A directory this store wrote (root's file holds no user) opens.
 	dir := t.TempDir()
-	old, err := storage.NewInternal(dir)
+	s := openUserStore(t, dir)
+	if _, err := s.CreateUser(ctx, newUser("bob", "AIDA0002")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, storeFile)); err == nil && strings.Contains(string(b), "AIDA0002") {
+		t.Errorf("a user was written into %s: %s", storeFile, b)
+	}
+	names, _ := userNames(t, openUserStore(t, dir), storage.ListUsersInput{})
+	if diff := cmp.Diff([]string{"bob"}, names); diff != "" {
+		t.Errorf("users after reopening (-want +got):\n%s", diff)
+	}
+}
+
+// dirContents maps every file under dir to its content, and every folder
+// to "dir".
+func dirContents(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			out[rel] = "dir"
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		out[rel] = string(b)
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := old.CreateUser(ctx, newUser("Legacy", "AIDAOLD1")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := old.CreateAccessKey(ctx, storage.CreateAccessKeyInput{UserName: "Legacy", AccessKeyID: "AKIAOLD1", SecretAccessKey: "s", Status: "Active"}); err != nil {
-		t.Fatal(err)
-	}
-
-	s := openUserStore(t, dir)
-	if _, err := s.CreateUser(ctx, newUser("legacy", "AIDANEW1")); iamCode(err) != "EntityAlreadyExists" {
-		t.Errorf("CreateUser legacy: got %v, want EntityAlreadyExists", err)
-	}
-	if _, err := s.CreateUser(ctx, newUser("fresh", "AIDAOLD1")); !errors.Is(err, storage.ErrUserIDAlreadyExists) {
-		t.Errorf("CreateUser with Legacy's user id: got %v, want ErrUserIDAlreadyExists", err)
-	}
-	if _, err := s.CreateUser(ctx, newUser("fresh", "AIDANEW2")); err != nil {
-		t.Fatal(err)
-	}
-	if u, err := s.GetUserByAccessKeyID(ctx, "AKIAOLD1"); err != nil || u.UserName != "Legacy" {
-		t.Errorf("GetUserByAccessKeyID of the older user's key: got %v, %v", u, err)
-	}
-	names, _ := userNames(t, s, storage.ListUsersInput{})
-	if diff := cmp.Diff([]string{"Legacy", "fresh"}, names); diff != "" {
-		t.Errorf("ListUsers: -want +got\n%s", diff)
-	}
-	if err := s.DeleteAccessKey(ctx, "legacy", "AKIAOLD1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.GetUserByAccessKeyID(ctx, "AKIAOLD1"); iamCode(err) != "NoSuchEntity" {
-		t.Errorf("GetUserByAccessKeyID of a deleted key: got %v, want NoSuchEntity", err)
-	}
-	if err := s.DeleteUser(ctx, "Legacy"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := old.GetUser(ctx, "Legacy"); iamCode(err) != "NoSuchEntity" {
-		t.Errorf("the older user is still in iam.json after the migration: %v", err)
-	}
-	if b, err := os.ReadFile(filepath.Join(dir, backupFile)); err != nil || strings.Contains(string(b), "AIDAOLD1") {
-		t.Errorf("iam.json's backup after the migration: %s, %v; want it without the older user", b, err)
-	}
+	return out
 }
 
 // TestUserStoreConcurrentSameName creates, uses and deletes the same few
@@ -290,121 +328,55 @@ func TestIAMUsersPersistAcrossRestart(t *testing.T) {
 
 // TestUserStoreDropsUnwrittenStores is the state a kill -9 inside the file
 // store's first write leaves (found by test/crash TestKillUnderLoad): an
-// empty iam.json in a user's directory, or in the IAM directory itself on
-// a first start. Both held no user; the store opens, without them, and
-// every user that was stored is still there.
+// empty iam.json, with no backup, in the IAM directory on a first start.
+// It held nothing: the store opens, and writes it anew.
 func TestUserStoreDropsUnwrittenStores(t *testing.T) {
-	dir := t.TempDir()
-	s := openUserStore(t, dir)
-	if _, err := s.CreateUser(context.Background(), newUser("alice", "AIDA0001")); err != nil {
-		t.Fatal(err)
-	}
-	dead := filepath.Join(dir, usersDir, "deadbeef")
-	if err := os.MkdirAll(dead, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dead, storeFile), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	names, _ := userNames(t, openUserStore(t, dir), storage.ListUsersInput{})
-	if diff := cmp.Diff([]string{"alice"}, names); diff != "" {
-		t.Errorf("users after reopening (-want +got):\n%s", diff)
-	}
-	if _, err := os.Stat(dead); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the unwritten user directory is still there: %v", err)
-	}
-
 	fresh := t.TempDir()
 	if err := os.WriteFile(filepath.Join(fresh, storeFile), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s = openUserStore(t, fresh)
+	s := openUserStore(t, fresh)
 	if _, err := s.CreateUser(context.Background(), newUser("bob", "AIDA0002")); err != nil {
 		t.Fatalf("create a user after root's unwritten file: %v", err)
 	}
+	if fi, err := os.Stat(filepath.Join(fresh, storeFile)); err != nil || fi.Size() == 0 {
+		t.Errorf("root's %s after the open: %v, %v; want it written anew", storeFile, fi, err)
+	}
 }
 
-// writeUserFile writes u into the IAM directory dir as a file of its own,
-// as the store before the database did (the indexed line, then the user),
-// and returns the file's path.
-func writeUserFile(t *testing.T, dir string, u types.User) string {
-	t.Helper()
-	head, err := json.Marshal(map[string]any{"UserName": u.UserName, "UserID": u.UserID, "Path": u.Path, "AccessKeys": keyIDs(u)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := json.Marshal(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(dir, usersDir), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, usersDir, "u"+hex.EncodeToString([]byte(u.UserID))+userFileSuffix)
-	if err := os.WriteFile(path, append(append(head, '\n'), body...), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// TestUserStoreKeepsWrittenStores: in the older layouts, an empty file
-// whose backup is not empty was written before (only a crash of the
-// machine truncates a renamed file): the store refuses to open and
-// removes nothing; so does an emptied user file. A temporary file a
-// killed write left (a whole copy of a user, secrets included), of root's
-// file or of either older layout, is removed at start.
+// TestUserStoreKeepsWrittenStores: an empty iam.json whose backup is not
+// empty held something (only a crash of the machine truncates a renamed
+// file): the store refuses to open and removes nothing. A temporary file
+// a killed write of root's file left (a whole copy of it) is removed at
+// start.
 func TestUserStoreKeepsWrittenStores(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	file := writeUserFile(t, dir, newUser("alice", "AIDA0001"))
-	old := filepath.Join(dir, usersDir, "uold")
-	if err := os.Mkdir(old, 0o700); err != nil {
+	openUserStore(t, dir)
+	leftover := filepath.Join(dir, storeFile+"123456")
+	if err := os.WriteFile(leftover, []byte(`{"secret":"x"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	leftovers := []string{filepath.Join(dir, storeFile+"123456"), file + tmpSuffix, filepath.Join(old, storeFile+"654321")}
-	for _, f := range leftovers {
-		if err := os.WriteFile(f, []byte(`{"secret":"x"}`), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	names, _ := userNames(t, openUserStore(t, dir), storage.ListUsersInput{})
-	if diff := cmp.Diff([]string{"alice"}, names); diff != "" {
-		t.Errorf("users after reopening (-want +got):\n%s", diff)
-	}
-	for _, f := range leftovers {
-		if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("temporary file %s is still there: %v", f, err)
-		}
-	}
-
-	// An emptied user file (a crash of the machine; a kill cannot): a
-	// refusal, and the file is kept.
-	dir = t.TempDir()
-	file = writeUserFile(t, dir, newUser("alice", "AIDA0001"))
-	if err := os.Truncate(file, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := newUserStore(ctx, dir, nil); err == nil || !strings.Contains(err.Error(), "empty") {
-		t.Errorf("newUserStore over an emptied user file = %v, want a refusal", err)
-	}
-	if _, err := os.Stat(file); err != nil {
-		t.Errorf("the refusal removed the emptied file: %v", err)
+	openUserStore(t, dir)
+	if _, err := os.Stat(leftover); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("temporary file %s is still there: %v", leftover, err)
 	}
 
 	dir = t.TempDir()
-	writeOldUsers(t, dir, 1)
-	udirs, err := filepath.Glob(filepath.Join(dir, usersDir, "*"))
-	if err != nil || len(udirs) != 1 {
-		t.Fatalf("user folders %v %v, want one", udirs, err)
-	}
-	if err := os.Truncate(filepath.Join(udirs[0], storeFile), 0); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, storeFile), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newUserStore(ctx, dir, nil); err == nil || !strings.Contains(err.Error(), "is empty but was written before") {
+	if err := os.WriteFile(filepath.Join(dir, backupFile), []byte(`{"roles":{}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newUserStore(ctx, dir); err == nil || !strings.Contains(err.Error(), "is empty but was written before") {
 		t.Fatalf("newUserStore over an emptied file with a backup = %v, want a refusal", err)
 	}
-	if _, err := os.Stat(filepath.Join(udirs[0], backupFile)); err != nil {
-		t.Errorf("the refusal removed the backup: %v", err)
+	if b, err := os.ReadFile(filepath.Join(dir, backupFile)); err != nil || len(b) == 0 {
+		t.Errorf("the refusal changed the backup: %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, storeFile)); err != nil {
+		t.Errorf("the refusal removed the emptied file: %v", err)
 	}
 }
 
@@ -453,20 +425,14 @@ func TestLockDataDir(t *testing.T) {
 }
 
 // TestStartReadsNoUser starts the servers on an IAM directory of users:
-// the first start moves them from the older layout into the database (and
-// says so), and a start after a kill reads none of them, its start-up
-// probe included (a listing read every user's); a call for one user then
-// reads that user only.
+// a start after a kill reads none of them, its start-up probe included (a
+// listing would read every user); a call for one user then reads that
+// user only.
 func TestStartReadsNoUser(t *testing.T) {
 	const n = 30
 	cfg := testConfig(t, t.TempDir())
-	writeOldUsers(t, filepath.Join(cfg.DataDir, "iam"), n)
-	var logged strings.Builder
-	cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+	writeUsers(t, filepath.Join(cfg.DataDir, "iam"), n)
 	kill(t, start(t, cfg))
-	if !strings.Contains(logged.String(), "Moved the IAM users of the older layout") || !strings.Contains(logged.String(), fmt.Sprintf("users=%d", n)) {
-		t.Errorf("the first start's log does not say it migrated %d users:\n%s", n, logged.String())
-	}
 	before := userReads.Load()
 	srv := start(t, cfg)
 	if got := userReads.Load() - before; got != 0 {
@@ -494,7 +460,7 @@ func TestListUsersReadsThePage(t *testing.T) {
 	const n = 23
 	ctx := context.Background()
 	dir := t.TempDir()
-	writeOldUsers(t, dir, n)
+	writeUsers(t, dir, n)
 	s := openUserStore(t, dir)
 	before := userReads.Load()
 	var all []string

@@ -2,13 +2,9 @@ package s3gateway
 
 import (
 	"context"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -162,172 +158,6 @@ func TestUserStoreAsVersitygw(t *testing.T) {
 	}
 }
 
-// olderLayout writes into the IAM directory dir users of every older
-// layout at once: in root's iam.json (versitygw's store), in a folder each
-// (versitygw's store and its backup), in a file each (the indexed line and
-// the user, or the user alone), and the index an older clean stop left.
-// It returns the users as they were.
-func olderLayout(t *testing.T, dir string) []*types.User {
-	t.Helper()
-	ctx := context.Background()
-	writeOldUsers(t, dir, 3)
-	var want []*types.User
-	for i := range 3 {
-		old, err := storage.NewInternal(filepath.Join(dir, usersDir, "u"+hex.EncodeToString(fmt.Appendf(nil, "AIDA%016X", i))))
-		if err != nil {
-			t.Fatal(err)
-		}
-		u, err := old.GetUser(ctx, fmt.Sprintf("bb-binding-%032x", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, u)
-	}
-	root, err := storage.NewInternal(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := driverLikeUser(ctx, root, 100); err != nil {
-		t.Fatal(err)
-	}
-	u, err := root.GetUser(ctx, fmt.Sprintf("bb-binding-%032x", 100))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want = append(want, u)
-	when := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	two := types.User{UserName: "Two-Lines", UserID: "AIDATWO", Path: "/bucketbroker/", CreateDate: when,
-		Tags:       []types.Tag{{Key: "k", Value: "v"}},
-		AccessKeys: []types.AccessKeyEntry{{AccessKeyId: "AKIATWO", SecretAccessKey: "s2", Status: "Active", CreateDate: when}},
-		Policies:   types.Policies{Inline: []types.PolicyEntry{{PolicyName: "p", PolicyDocument: "{}", CreateDate: when, UpdateDate: when}}}}
-	writeUserFile(t, dir, two)
-	one := types.User{UserName: "one-line", UserID: "AIDAONE", Path: "/",
-		AccessKeys: []types.AccessKeyEntry{{AccessKeyId: "AKIAONE", SecretAccessKey: "s1", Status: "Active"}}}
-	b, err := json.Marshal(one)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, usersDir, "u"+hex.EncodeToString([]byte(one.UserID))+userFileSuffix), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, oldIndexFile), []byte("bucketbroker IAM index 1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return append(want, &two, &one)
-}
-
-// checkMigrated says whether s has exactly the users want, by name and by
-// key, and nothing older is left: no users folder, no index, no user in
-// root's file.
-func checkMigrated(t *testing.T, s *userStore, dir string, want []*types.User) {
-	t.Helper()
-	ctx := context.Background()
-	var names []string
-	for _, w := range want {
-		names = append(names, w.UserName)
-		got, err := s.GetUser(ctx, w.UserName)
-		if err != nil {
-			t.Errorf("GetUser %s: %v", w.UserName, err)
-			continue
-		}
-		if diff := cmp.Diff(w, got); diff != "" {
-			t.Errorf("user %s after the migration (-before +after):\n%s", w.UserName, diff)
-		}
-		for _, k := range w.AccessKeys {
-			if u, err := s.GetUserByAccessKeyID(ctx, k.AccessKeyId); err != nil || u.UserName != w.UserName {
-				t.Errorf("GetUserByAccessKeyID %s: %v, %v; want %s", k.AccessKeyId, u, err, w.UserName)
-			}
-		}
-	}
-	slices.Sort(names)
-	if got, _ := userNames(t, s, storage.ListUsersInput{}); !slices.Equal(got, names) {
-		t.Errorf("ListUsers after the migration:\n%s", cmp.Diff(names, got))
-	}
-	if s.removalDone != nil {
-		<-s.removalDone // the moved users' files, removed in the background
-	}
-	for _, left := range []string{filepath.Join(dir, usersDir), filepath.Join(dir, oldIndexFile), filepath.Join(dir, movedDir)} {
-		if _, err := os.Lstat(left); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s is still there after the migration (%v)", left, err)
-		}
-	}
-	b, err := os.ReadFile(filepath.Join(dir, storeFile))
-	if err != nil || strings.Contains(string(b), "AIDA") {
-		t.Errorf("root's %s after the migration: %s (%v); want no user", storeFile, b, err)
-	}
-}
-
-// TestMigrateOlderLayout: every user of every older layout is in the
-// database after the first open, with its keys, tags and policies as they
-// were, and nothing older is left; a second open finds the same.
-func TestMigrateOlderLayout(t *testing.T) {
-	dir := t.TempDir()
-	want := olderLayout(t, dir)
-	s := openUserStore(t, dir)
-	if s.migrated != len(want) {
-		t.Errorf("the open says it moved %d users, want %d", s.migrated, len(want))
-	}
-	checkMigrated(t, s, dir, want)
-	r := openUserStore(t, dir)
-	if r.migrated != 0 {
-		t.Errorf("the second open moved %d users, want none", r.migrated)
-	}
-	checkMigrated(t, r, dir, want)
-}
-
-// TestMigrateFolderAndFileOfOneUser: the layout before the database
-// migrated a user's folder into a file of its own, writing the file and
-// then removing the folder; a kill in between left both. They are one
-// user: the start moves it once and removes both.
-func TestMigrateFolderAndFileOfOneUser(t *testing.T) {
-	dir := t.TempDir()
-	want := olderLayout(t, dir)
-	folder := filepath.Join(dir, usersDir, "u"+hex.EncodeToString(fmt.Appendf(nil, "AIDA%016X", 0)))
-	writeUserFile(t, dir, *want[0])
-	if _, err := os.Stat(folder + userFileSuffix); err != nil {
-		t.Fatalf("the user's file was not written where its folder's migration would: %v", err)
-	}
-	s := openUserStore(t, dir)
-	if s.migrated != len(want) {
-		t.Errorf("the open says it moved %d users, want %d", s.migrated, len(want))
-	}
-	checkMigrated(t, s, dir, want)
-}
-
-// TestMigrateKilled kills (simulated) the migration at each of its steps:
-// inside its transaction, after the users are durable in the database and
-// before anything older is removed, after root's file is rewritten and
-// before the users folder is renamed out of the way, and part way through
-// the removal of the renamed folder (in the background, after the open).
-// The next open moves what is left again, or goes on with the removal,
-// and loses nothing.
-func TestMigrateKilled(t *testing.T) {
-	for _, step := range []string{"commit", "durable", "rename", "removing"} {
-		t.Run(step, func(t *testing.T) {
-			dir := t.TempDir()
-			want := olderLayout(t, dir)
-			killMigration = func(at string) bool { return at == step }
-			s, err := newUserStore(context.Background(), dir, nil)
-			if step == "removing" {
-				if err != nil {
-					t.Fatal(err)
-				}
-				<-s.removalDone
-				if err := s.Close(); err != nil {
-					t.Fatal(err)
-				}
-				if left, err := os.ReadDir(filepath.Join(dir, movedDir)); len(left) == 0 {
-					t.Fatalf("the removal killed part way left nothing in %s (%v)", movedDir, err)
-				}
-			} else if !errors.Is(err, errKilled) {
-				t.Fatalf("the open killed at %s: %v", step, err)
-			}
-			killMigration = nil
-			checkMigrated(t, openUserStore(t, dir), dir, want)
-		})
-	}
-}
-
 // killWriterEnv names the IAM directory TestUserStoreKillMidWrite's child
 // writes to; the child is this test binary running the test again.
 const killWriterEnv = "BUCKETBROKER_TEST_IAM_KILL_WRITER"
@@ -343,7 +173,7 @@ const killWriterEnv = "BUCKETBROKER_TEST_IAM_KILL_WRITER"
 func TestUserStoreKillMidWrite(t *testing.T) {
 	ctx := context.Background()
 	if dir := os.Getenv(killWriterEnv); dir != "" {
-		s, err := newUserStore(ctx, dir, nil)
+		s, err := newUserStore(ctx, dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -398,7 +228,7 @@ func killWriter(t *testing.T, dir string, n int) []int {
 func checkAfterKill(t *testing.T, dir string, done []int) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := newUserStore(ctx, dir, nil)
+	s, err := newUserStore(ctx, dir)
 	if err != nil {
 		t.Fatalf("open after the kill: %v", err)
 	}

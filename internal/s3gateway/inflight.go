@@ -325,7 +325,7 @@ func readInFlight(dataDir string, warn func(msg string, args ...any)) repairScop
 	path := filepath.Join(dataDir, inFlightFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return repairScope{all: true} // a data directory of an older version, or never served
+		return repairScope{all: true} // never served, or removed by hand
 	}
 	var buckets []string
 	if err == nil {

@@ -2,7 +2,8 @@ package s3gateway
 
 import (
 	"context"
-	"encoding/hex"
+	"database/sql"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -45,44 +46,51 @@ func driverLikeUser(ctx context.Context, st storage.Storer, i int) error {
 	return err
 }
 
-// writeOldUsers writes n users into the IAM directory dir as userStore
-// wrote them before (versitygw's file and its backup in a directory per
-// user), quickly: versitygw's own store writes user 0, whose files are
-// copied for the others with the name, ids and key changed.
-func writeOldUsers(tb testing.TB, dir string, n int) {
+// writeUsers stores n users as the s3iam driver makes them
+// (driverLikeUser, i from 0 to n-1) in the users database of the IAM
+// directory dir, quickly: user 0 is made through the store's calls, the
+// others are copies of it with the name, ids and key changed, inserted in
+// one transaction.
+func writeUsers(tb testing.TB, dir string, n int) {
 	tb.Helper()
 	ctx := context.Background()
-	tmpl := tb.TempDir()
-	st, err := storage.NewInternal(tmpl)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		tb.Fatal(err)
+	}
+	s, err := newUserStore(ctx, dir)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := driverLikeUser(ctx, st, 0); err != nil {
-		tb.Fatal(err)
-	}
-	file, err := os.ReadFile(filepath.Join(tmpl, storeFile))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	backup, err := os.ReadFile(filepath.Join(tmpl, backupFile))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(dir, usersDir), 0o700); err != nil {
+	defer func() {
+		if err := s.Close(); err != nil {
+			tb.Error(err)
+		}
+	}()
+	if err := driverLikeUser(ctx, s, 0); err != nil {
 		tb.Fatal(err)
 	}
 	zero := fmt.Sprintf("%032x", 0)
-	zeroID, zeroKey := fmt.Sprintf("%016X", 0), fmt.Sprintf("%016X", 0)
-	err = each(n, runtime.GOMAXPROCS(0), func(i int) error {
-		r := strings.NewReplacer(zero, fmt.Sprintf("%032x", i), "AIDA"+zeroID, fmt.Sprintf("AIDA%016X", i), "AKIA"+zeroKey, fmt.Sprintf("AKIA%016X", i))
-		udir := filepath.Join(dir, usersDir, "u"+hex.EncodeToString([]byte(fmt.Sprintf("AIDA%016X", i))))
-		if err := os.Mkdir(udir, 0o700); err != nil {
-			return err
+	u0, err := s.GetUser(ctx, "bb-binding-"+zero)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tmpl, err := json.Marshal(u0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	zeroID := fmt.Sprintf("%016X", 0)
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		for i := 1; i < n; i++ {
+			r := strings.NewReplacer(zero, fmt.Sprintf("%032x", i), "AIDA"+zeroID, fmt.Sprintf("AIDA%016X", i), "AKIA"+zeroID, fmt.Sprintf("AKIA%016X", i))
+			var u types.User
+			if err := json.Unmarshal([]byte(r.Replace(string(tmpl))), &u); err != nil {
+				return err
+			}
+			if err := insertUser(ctx, tx, u); err != nil {
+				return err
+			}
 		}
-		if err := os.WriteFile(filepath.Join(udir, storeFile), []byte(r.Replace(string(file))), 0o600); err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(udir, backupFile), []byte(r.Replace(string(backup))), 0o600)
+		return nil
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -92,12 +100,10 @@ func writeOldUsers(tb testing.TB, dir string, n int) {
 // BenchmarkOpenUserStore opens an IAM directory of -open-users users, each
 // as the s3iam driver makes them (a tag, a policy, a key), as the
 // embedded server does at every start, whichever way the last one ended
-// (the store keeps no clean-stop file). The directory is written once in
-// the older layout (a folder per user), before the timer; s-first-open is
-// the first open, which moves the users into the database; the time per
-// op is an open (and close) after; heap-B/user is what the open store
-// keeps in memory per user; disk-B/user the database's allocated blocks
-// per user.
+// (the store keeps no clean-stop file). The users are written before the
+// timer; the time per op is an open (and close); heap-B/user is what the
+// open store keeps in memory per user; disk-B/user the database's
+// allocated blocks per user.
 //
 //	go test -run '^$' -bench OpenUserStore -benchtime 3x ./internal/s3gateway/ -open-users 100000
 func BenchmarkOpenUserStore(b *testing.B) {
@@ -106,15 +112,12 @@ func BenchmarkOpenUserStore(b *testing.B) {
 		b.Fatalf("-open-users %d: want 1 to 1,000,000", n)
 	}
 	dir := b.TempDir()
-	writeOldUsers(b, dir, n)
+	writeUsers(b, dir, n)
 	ctx := context.Background()
-	// The first open migrates the older layout (timed apart).
-	t0 := time.Now()
-	s, err := newUserStore(ctx, dir, nil)
+	s, err := newUserStore(ctx, dir)
 	if err != nil {
 		b.Fatal(err)
 	}
-	firstOpen := time.Since(t0)
 	var stored int
 	if err := s.readers.QueryRowContext(ctx, `SELECT count(*) FROM users`).Scan(&stored); err != nil || stored != n {
 		b.Fatalf("%d users in the database (%v), want %d", stored, err, n)
@@ -124,7 +127,7 @@ func BenchmarkOpenUserStore(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		s, err := newUserStore(ctx, dir, nil)
+		s, err := newUserStore(ctx, dir)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -133,13 +136,12 @@ func BenchmarkOpenUserStore(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/float64(n), "µs/user")
-	b.ReportMetric(firstOpen.Seconds(), "s-first-open")
 	b.StopTimer()
 	// What the open store holds in memory per user.
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	s, err = newUserStore(ctx, dir, nil)
+	s, err = newUserStore(ctx, dir)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -229,10 +229,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		return nil
 	})
-	// The IAM users are opened before the listeners' start-up timeout
-	// runs: the first start on a data dir of the older layout migrates
-	// every user into its database, logging its progress (iammigrate.go).
-	store, err := newUserStore(ctx, iamDir, log)
+	// The IAM users' database opens without reading a user, before the
+	// listeners' start-up timeout runs.
+	store, err := newUserStore(ctx, iamDir)
 	if err != nil {
 		_ = waitRepair()
 		_ = lock.Close()

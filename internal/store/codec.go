@@ -56,13 +56,11 @@ func Encode(r *engine.Record) ([]byte, error) {
 // that and stay far below what Decode can read (encoding/json stops at
 // 10000 levels).
 //
-// Decode applies the same bounds, so that a record an older version wrote
-// beyond them (its door had no depth limit) is unreadable, reported and
-// repaired (Repair prunes it to MaxRecordDepth), rather than readable but
-// refused by every write. MaxRecordBytes is far above anything the engine
-// writes now and above what the older door let into one record (a 1 MiB
-// body and its headers), so no record written before is unwritable for
-// its size.
+// Decode applies the same bounds, so that a stored record beyond them
+// (written outside bucketbroker) is unreadable, reported and repaired
+// (Repair prunes it to MaxRecordDepth), rather than readable but refused
+// by every write. MaxRecordBytes is far above anything the engine writes
+// (each of a record's free-form values is MaxFreeFormBytes at most).
 const (
 	MaxRecordDepth = 64
 	MaxRecordBytes = 16 << 20

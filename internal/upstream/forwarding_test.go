@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/bucketbroker/bucketbroker/internal/engine"
 	"github.com/bucketbroker/bucketbroker/test/illbroker"
@@ -155,40 +154,5 @@ func TestRotationOfAPlanNotRotatableIsRefused(t *testing.T) {
 	}
 	if bs := e.ib.State().Bindings["b-new"]; bs != nil {
 		t.Fatalf("the refused rotation reached the upstream: %+v", bs)
-	}
-}
-
-// TestUpdateRecordedBeforeSentForwardsTheMerge: an update recorded by the
-// version before Operation.Sent (no "sent" in the stored record) is
-// resumed as that version carried it out: the merged parameters and the
-// recorded maintenance_info.
-func TestUpdateRecordedBeforeSentForwardsTheMerge(t *testing.T) {
-	e := newEnv(t, envOpts{})
-	ctx := context.Background()
-	if _, err := e.eng.Provision(ctx, provision("i-old", illbroker.PlanSync, false, `{"size":"small","tier":"gold"}`)); err != nil {
-		t.Fatal(err)
-	}
-	rec, err := e.st.Get(ctx, engine.KindInstance, "i-old")
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now().UTC()
-	target := rec.Request
-	target.Parameters = json.RawMessage(`{"size":"large","tier":"gold"}`)
-	rec.History = append([]engine.Operation{rec.Op}, rec.History...)
-	rec.Op = engine.Operation{ID: "update-before-sent", Type: engine.OpUpdate, State: engine.OpInProgress,
-		StartedAt: now, Deadline: now.Add(time.Minute), Target: &target}
-	rec.Phase, rec.Lease, rec.LeaseUntil = engine.PhaseUpdating, "", time.Time{}
-	if err := e.st.Update(ctx, rec); err != nil {
-		t.Fatal(err)
-	}
-	// The platform's retry of that update waits for it.
-	if _, err := e.eng.Update(ctx, engine.UpdateRequest{InstanceID: "i-old", ServiceID: illbroker.ServiceID,
-		Parameters: json.RawMessage(`{"size":"large"}`)}); err != nil {
-		t.Fatal(err)
-	}
-	body := e.lastBody("i-old")
-	if string(body["parameters"]) != `{"size":"large","tier":"gold"}` || string(body["maintenance_info"]) != `{"version":"`+illbroker.MaintenanceVersion+`"}` {
-		t.Fatalf("upstream got parameters %s and maintenance_info %s, want the merge and the recorded version", body["parameters"], body["maintenance_info"])
 	}
 }

@@ -55,6 +55,9 @@ func (u *Upstream) Provision(ctx context.Context, w *engine.Work) error {
 	if rec.UpstreamOp.OpID == rec.Op.ID {
 		return u.provisionPolled(ctx, w)
 	}
+	if rec.Op.Sent == nil {
+		return w.Finish(ctx, errors.New("provision without the platform's request (the record's operation has no sent part)"))
+	}
 	a := attempt{sent: rec.UpstreamAttempted}
 	if !a.sent {
 		rec.UpstreamAttempted = true
@@ -159,10 +162,7 @@ func (u *Upstream) createInstance(ctx context.Context, w *engine.Work, a *attemp
 		ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID,
 		OrganizationGUID: rec.Request.OrganizationGUID, SpaceGUID: rec.Request.SpaceGUID,
 		Context: rec.Request.Context, Parameters: rec.Request.Parameters,
-		MaintenanceInfo: maintenanceInfo(rec.Request.Maintenance),
-	}
-	if s := rec.Op.Sent; s != nil { // nil: the recorded request is forwarded
-		req.MaintenanceInfo = maintenanceInfo(s.Maintenance)
+		MaintenanceInfo: maintenanceInfo(rec.Op.Sent.Maintenance),
 	}
 	var c created
 	err := u.step(ctx, w, "provision upstream", func(ctx context.Context) error {
@@ -383,20 +383,16 @@ func ended(lo *osbclient.LastOperation, gone bool) (pollEnd, string, bool) {
 // Update changes the instance's plan or parameters upstream.
 func (u *Upstream) Update(ctx context.Context, w *engine.Work) error {
 	rec := w.Rec
-	t := rec.Op.Target
-	if t == nil {
-		return w.Finish(ctx, errors.New("update without a target"))
+	t, sent := rec.Op.Target, rec.Op.Sent
+	if t == nil || sent == nil {
+		return w.Finish(ctx, errors.New("update without a target or without the platform's request"))
 	}
 	if rec.UpstreamOp.OpID != rec.Op.ID {
+		// What the platform sent, not the merge.
 		req := osbclient.UpdateRequest{
 			Call:      osbclient.Call{AcceptsIncomplete: true, Identity: w.Identity()},
-			ServiceID: rec.Request.ServiceID, Context: t.Context, Parameters: t.Parameters,
-			MaintenanceInfo: maintenanceInfo(t.Maintenance),
-		}
-		if s := rec.Op.Sent; s != nil {
-			// What the platform sent, not the merge (nil: an update
-			// without Sent forwards the merge).
-			req.Context, req.Parameters, req.MaintenanceInfo = s.Context, s.Parameters, maintenanceInfo(s.Maintenance)
+			ServiceID: rec.Request.ServiceID, Context: sent.Context, Parameters: sent.Parameters,
+			MaintenanceInfo: maintenanceInfo(sent.Maintenance),
 		}
 		if t.PlanID != rec.Request.PlanID {
 			req.PlanID = t.PlanID

@@ -76,7 +76,7 @@ func TestPoisonedInput(t *testing.T) {
 			untilDone(t, b, "PUT", keep+"/service_bindings/b", bindBody, http.StatusCreated)
 			b.Stop()
 
-			// A record an older version could write, in flight.
+			// A record written outside bucketbroker, in flight.
 			spoil(t, "binding", "b")
 			if err := b.TryStart(); err != nil {
 				t.Fatalf("start with an unreadable record: %v", err)
@@ -136,7 +136,7 @@ const spoilSQL = `UPDATE records SET data = replace(data, '"fingerprint":', '"x"
 
 // spoilSQLite and spoilPostgres nest a field of a record as deep as
 // encoding/json allows, which makes the record unreadable, and put its
-// operation in progress, as an older version could have left it.
+// operation in progress, as a write outside bucketbroker could leave it.
 func spoilSQLite(path string) func(t *testing.T, kind, id string) {
 	return func(t *testing.T, kind, id string) {
 		t.Helper()

@@ -46,8 +46,7 @@ func TestLostStoreRefused(t *testing.T) {
 		}
 	}
 	refused("marker", "bucketbroker.db.created")
-	// As a database made by a version before the marker, or a restore of
-	// the file without it.
+	// As a restore of the file without its marker.
 	if err := os.Remove(db + ".created"); err != nil {
 		t.Fatal(err)
 	}

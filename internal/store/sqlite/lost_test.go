@@ -148,9 +148,10 @@ func TestOpenRefusesLostDatabase(t *testing.T) {
 	}
 }
 
-// TestOpenMarksExistingDatabase: a database made before the marker existed
-// (or whose marker was removed) is marked at its next Open, so that losing
-// it later is noticed.
+// TestOpenMarksExistingDatabase: a database with a schema and no marker (a
+// crash between the schema's commit and the marker's write, or a marker
+// removed by hand) is marked at its next Open, so that losing it later is
+// noticed.
 func TestOpenMarksExistingDatabase(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bucketbroker.db")
 	keptStore(t, path)

@@ -65,7 +65,8 @@ func testRefusesUnreadable(t *testing.T, s engine.Store) {
 }
 
 // Planter writes a record's raw JSON straight into a store's database,
-// past the store's checks, as an older version (or damage) could have.
+// past the store's checks, as a write outside bucketbroker (or damage)
+// could.
 type Planter func(t *testing.T, raw store.Raw, opState engine.OpState)
 
 // RunUnreadable checks how a store lives with records it cannot decode:
