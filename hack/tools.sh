@@ -5,7 +5,8 @@
 #   - kube-apiserver, helm, controller-gen (hack/k8s-tools.sh, one build)
 #     and etcd (hack/envtest-assets.sh);
 #   - golangci-lint (hack/golangci-lint.sh) and versitygw (hack/versitygw.sh);
-#   - PostgreSQL, podman and runc from Debian packages, when missing, in one
+#   - PostgreSQL, podman, runc and promtool (Debian's prometheus package, for
+#     the chart's alert rules) from Debian packages, when missing, in one
 #     apt-get run (as root; elsewhere the scripts that need them say what to
 #     install);
 #   - the race-enabled build of the module's packages, into Go's build cache
@@ -25,6 +26,7 @@ apt_packages() {
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || want+=(postgresql)
   command -v podman >/dev/null || want+=(podman)
   command -v runc >/dev/null || want+=(runc)
+  command -v promtool >/dev/null || want+=(prometheus)
   ((${#want[@]})) || return 0
   if [[ $EUID -ne 0 ]] || ! command -v apt-get >/dev/null; then
     echo "not root or no apt-get: left to the scripts that need ${want[*]}"

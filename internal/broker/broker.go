@@ -107,6 +107,7 @@ type Broker struct {
 	engine   *engine.Engine
 	server   *http.Server
 	listener net.Listener
+	registry *prometheus.Registry // what /metrics serves
 	// Generated tells which secrets were generated at this start.
 	Generated Generated
 	// URL is the OSB API base URL; S3Endpoint and IAMEndpoint the backend's.
@@ -218,6 +219,7 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
+	b.registry = reg
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildinfo.Get().Collector())
 	cat, err := b.catalog(ctx, cfg, reg)

@@ -340,7 +340,9 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	if h.ready != nil {
 		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		defer cancel()
-		if err := h.ready(ctx); err != nil {
+		err := h.ready(ctx)
+		h.metrics.observeReadiness(err)
+		if err != nil {
 			// The cause goes to the log only: /readyz is unauthenticated.
 			// The name of the failed check is no secret, and tells an
 			// operator (or a probe's event) where to look.

@@ -1,6 +1,7 @@
 package osb
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -15,6 +16,10 @@ import (
 type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// ready and readinessFailures record what each /readyz check found,
+	// for alerts: a probe answers one kubelet, the metrics every scrape.
+	ready             prometheus.Gauge
+	readinessFailures *prometheus.CounterVec
 	// children keeps the samples' children by label values once resolved
 	// (sampleKey -> *sampleChildren): resolving hashes every label value
 	// and formats the status code, a cost per request for a set of label
@@ -50,11 +55,20 @@ func newMetrics() *metrics {
 			// buckets reach past the default 10s.
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"endpoint", "method"}),
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bucketbroker_ready",
+			Help: "1 when the last /readyz check passed, 0 when it failed (the process counts as ready until its first check).",
+		}),
+		readinessFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bucketbroker_readiness_failures_total",
+			Help: "/readyz checks that failed, by what failed: store (unreachable, or unable to write), storage backend, upstream NAME, or other.",
+		}, []string{"check"}),
 	}
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.requests, m.duration} {
+	m.ready.Set(1)
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.ready, m.readinessFailures} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("register HTTP metrics: %w", err)
 		}
@@ -74,6 +88,21 @@ func (m *metrics) observe(endpoint, method string, status int, d time.Duration) 
 	sc := c.(*sampleChildren)
 	sc.requests.Inc()
 	sc.duration.Observe(d.Seconds())
+}
+
+// observeReadiness records one /readyz check: err is its failure, nil
+// when it passed.
+func (m *metrics) observeReadiness(err error) {
+	if err == nil {
+		m.ready.Set(1)
+		return
+	}
+	m.ready.Set(0)
+	check := "other"
+	if ce := (*CheckError)(nil); errors.As(err, &ce) {
+		check = ce.Check
+	}
+	m.readinessFailures.WithLabelValues(check).Inc()
 }
 
 // metricMethod maps a request method onto a closed set.
