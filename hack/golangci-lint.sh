@@ -6,7 +6,7 @@
 #
 # `make lint` runs it with the repository's .golangci.yml. Cached by version
 # under ${BUCKETBROKER_CACHE:-$HOME/.cache/bucketbroker}/tools/ (go_tool in
-# hack/lib.sh): about a minute the first time on a machine, then nothing.
+# hack/lib.sh): minutes the first time on a machine (it is large), then nothing.
 set -euo pipefail
 LOG_NAME=golangci-lint
 # shellcheck source=hack/lib.sh
