@@ -90,7 +90,7 @@ func TestBindAdoptsItsUnmarkedUserAfterCrash(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !rec.UserAttempted {
+			if !rec.Bucket.UserAttempted {
 				t.Fatalf("%s: the bind's first attempt is under way and the record has no userAttempted", tc.reason)
 			}
 			if owner, path := userMark(t, a.iam, user); owner != "" || path != "/" {
@@ -114,8 +114,8 @@ func TestBindAdoptsItsUnmarkedUserAfterCrash(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if rec.Phase != engine.PhaseDeleted || rec.UserAttempted || rec.AccessKeyID != "" || len(rec.SealedSecret) != 0 {
-					t.Fatalf("after the unbind the record is %s with userAttempted %v and key %q, want deleted, false and none", rec.Phase, rec.UserAttempted, rec.AccessKeyID)
+				if rec.Phase != engine.PhaseDeleted || rec.Bucket.UserAttempted || rec.Bucket.AccessKeyID != "" || len(rec.SealedSecret) != 0 {
+					t.Fatalf("after the unbind the record is %s with userAttempted %v and key %q, want deleted, false and none", rec.Phase, rec.Bucket.UserAttempted, rec.Bucket.AccessKeyID)
 				}
 				b.want(b.do("PUT", bind, bindBody(planStd, nil)), http.StatusCreated, "bind again on b")
 			} else if s := b.waitOp(bind, rec.Op.ID); s != "succeeded" {
@@ -206,7 +206,7 @@ func TestBindRefusesUnmarkedUserItNeverAttempted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rec.UserAttempted {
+			if rec.Bucket.UserAttempted {
 				t.Errorf("the refused binding's record has userAttempted set")
 			}
 			// The platform's orphan mitigation, then the same bind again.
@@ -282,16 +282,16 @@ func userSnapshot(t *testing.T, c *iam.Client, user string) userState {
 func TestUserAttemptedInStoredRecords(t *testing.T) {
 	old := `{"kind":"binding","id":"b1","instanceId":"i1","fingerprint":"fp","request":{"serviceId":"s","planId":"p"},` +
 		`"phase":"provisioning","op":{"id":"op1","type":"bind","state":"in progress","startedAt":"2026-01-02T03:04:05Z","deadline":"2026-01-02T04:04:05Z"},` +
-		`"bucket":"bb-b","owner":"bucketbroker:binding:0123","userName":"bb-u","access":"read-write","version":3,` +
+		`"backend":"bucket","bucketState":{"bucket":"bb-b","owner":"bucketbroker:binding:0123","userName":"bb-u","access":"read-write"},"version":3,` +
 		`"createdAt":"2026-01-02T03:04:05Z","updatedAt":"2026-01-02T03:04:05Z"}`
 	rec, err := store.Decode(3, []byte(old))
 	if err != nil {
 		t.Fatalf("decode a record written before userAttempted: %v", err)
 	}
-	if rec.UserAttempted || rec.UserName != "bb-u" {
-		t.Errorf("old record decodes with userAttempted %v and user %q, want false and %q", rec.UserAttempted, rec.UserName, "bb-u")
+	if rec.Bucket.UserAttempted || rec.Bucket.UserName != "bb-u" {
+		t.Errorf("old record decodes with userAttempted %v and user %q, want false and %q", rec.Bucket.UserAttempted, rec.Bucket.UserName, "bb-u")
 	}
-	rec.UserAttempted = true
+	rec.Bucket.UserAttempted = true
 	data, err := store.Encode(rec)
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +303,7 @@ func TestUserAttemptedInStoredRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !again.UserAttempted {
+	if !again.Bucket.UserAttempted {
 		t.Errorf("userAttempted lost in a round trip through the codec")
 	}
 }
