@@ -116,7 +116,7 @@ func (b *Backend) Check(kind engine.Kind, plan *catalog.Plan, r engine.Request, 
 	if err != nil {
 		return err
 	}
-	if !plan.Settings().AllowsAccess(access) {
+	if !plan.Settings().AllowsAccess(catalog.Access(access)) {
 		return invalidf("plan %q does not allow %s bindings", plan.Name, access)
 	}
 	pred := r.Predecessor
@@ -139,7 +139,7 @@ func (b *Backend) access(plan *catalog.Plan, r engine.Request) (driver.Access, e
 	if bp.Access != "" {
 		return driver.Access(bp.Access), nil
 	}
-	return plan.Settings().DefaultAccess(), nil
+	return driver.Access(plan.Settings().DefaultAccess()), nil
 }
 
 // Prepare names the record's bucket or user and, where p.Look allows,
@@ -224,7 +224,7 @@ func (b *Backend) Allows(plan *catalog.Plan, binding *engine.Record) (string, bo
 	if binding.Bucket == nil {
 		return "", true
 	}
-	return binding.Bucket.Access, plan.Settings().AllowsAccess(driver.Access(binding.Bucket.Access))
+	return binding.Bucket.Access, plan.Settings().AllowsAccess(catalog.Access(binding.Bucket.Access))
 }
 
 // Credentials are the binding's key, its secret and where its bucket is.
