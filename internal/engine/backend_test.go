@@ -85,7 +85,7 @@ func TestBucketRecordWithoutTheBucketService(t *testing.T) {
 	}
 	now := time.Now().UTC()
 	rec := &engine.Record{Kind: engine.KindInstance, ID: "old", Phase: engine.PhaseDeprovisioning, Backend: "bucket",
-		Bucket: &engine.BucketState{Bucket: "bb-old", Owner: "instance/old"},
+		Bucket:    &engine.BucketState{Bucket: "bb-old", Owner: "instance/old"},
 		Op:        engine.Operation{ID: "op1", Type: engine.OpDeprovision, State: engine.OpInProgress, StartedAt: now, Deadline: now.Add(time.Hour)},
 		CreatedAt: now, UpdatedAt: now}
 	if err := st.Insert(ctx, rec); err != nil {

@@ -4,10 +4,114 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"time"
 )
+
+// Work is what a Backend gets from the engine to carry out one operation:
+// the record, retried steps, durable saves and the secret box. It is valid
+// for one call of a Backend method.
+type Work struct {
+	e *Engine
+	// Rec is the record, whose Op is the operation to carry out. The
+	// backend changes its own part of it (Record.Bucket, Record.Upstream)
+	// and makes it durable with Save before it relies on it.
+	Rec *Record
+}
+
+// Step runs one idempotent backend call, retrying failures other than
+// ErrRefused, ErrNotOurs and ErrPermanent with exponential backoff and
+// jitter until the operation's deadline (then the error ends the
+// operation). It renews the lease, bounds each call by the engine's call
+// timeout, and stops when the worker is halted. While it retries, the
+// operation's description says why, for pollers.
+func (w *Work) Step(ctx context.Context, what string, call func(context.Context) error) error {
+	return w.e.step(ctx, w.Rec, what, call)
+}
+
+// Save writes the record (compare-and-swap). ErrStale means another
+// holder wrote it: the backend must stop without further side effects.
+func (w *Work) Save(ctx context.Context) error { return w.e.save(ctx, w.Rec) }
+
+// Finish ends the operation: succeeded when err is nil, else failed with
+// err's text as its description (refused, answered 422, when err wraps
+// ErrRefused).
+func (w *Work) Finish(ctx context.Context, err error) error { return w.e.finish(ctx, w.Rec, err) }
+
+// Fail ends the operation with err, unless err only means that the worker
+// was interrupted or superseded: then the operation stays as it is.
+func (w *Work) Fail(ctx context.Context, err error) error { return w.e.fail(ctx, w.Rec, err) }
+
+// Interrupted reports whether err only means that the worker was halted,
+// superseded or stopped: the operation is not over and must not be ended.
+func (w *Work) Interrupted(ctx context.Context, err error) bool { return w.e.interrupted(ctx, err) }
+
+// Wait pauses the operation for d, or until its deadline if that comes
+// first (it gives its worker slot back meanwhile), renewing the lease. It
+// returns an error that ends the operation when its deadline has passed,
+// and one that interrupts it when the worker is halted.
+func (w *Work) Wait(ctx context.Context, d time.Duration, what string) error {
+	if time.Now().After(w.Rec.Op.Deadline) {
+		return giveUp{fmt.Errorf("%s: still not done at the operation deadline", what)}
+	}
+	if err := w.e.renew(ctx, w.Rec); err != nil {
+		return err
+	}
+	w.e.sleep(ctx, retryWait(d, time.Until(w.Rec.Op.Deadline)))
+	if w.e.halted(ctx) {
+		return errHalted
+	}
+	return nil
+}
+
+// Progress sets the operation's description (what a poll of
+// last_operation shows) and saves it, if it changed.
+func (w *Work) Progress(ctx context.Context, desc string) error {
+	if w.Rec.Op.Description == desc {
+		return nil
+	}
+	w.Rec.Op.Description = desc
+	return w.Save(ctx)
+}
+
+// SealCredentials seals a binding's secret (its credentials, opaque to the
+// engine, which hands them back to Requests.Credentials) into the record,
+// bound to the record's id. The caller saves the record.
+func (w *Work) SealCredentials(secret []byte) error {
+	sealed, err := w.e.box.Seal(secret, sealContext(w.Rec))
+	if err != nil {
+		return fmt.Errorf("seal credentials: %w", err)
+	}
+	w.Rec.SealedSecret = sealed
+	return nil
+}
+
+// RevokeBindings turns every live binding of the instance into an unbind,
+// which each binding's own worker carries out through its backend, and
+// waits until all are deleted.
+func (w *Work) RevokeBindings(ctx context.Context) error { return w.e.revokeBindings(ctx, w.Rec) }
+
+// Stored reads the record as the store holds it now (a write that failed
+// may still have been committed), for a holder that has to check before it
+// undoes what it made.
+func (w *Work) Stored(ctx context.Context) (*Record, error) {
+	return w.e.store.Get(ctx, w.Rec.Kind, w.Rec.ID)
+}
+
+// CallTimeout bounds one backend call (Options.CallTimeout), for a call
+// made outside Step.
+func (w *Work) CallTimeout() time.Duration { return w.e.callTO }
+
+// Identity is the X-Broker-API-Originating-Identity header of the request
+// that started the operation, as the platform sent it (empty when it sent
+// none). The unbinds a deprovision starts carry the deprovision's.
+func (w *Work) Identity() string { return w.Rec.Op.Identity }
+
+// Logger is the engine's logger, for the backend's own lines. Never log
+// credentials.
+func (w *Work) Logger() *slog.Logger { return w.e.log }
 
 // giveUp marks an error that ends the operation (permanent, or past the
 // deadline) as opposed to one that only interrupts the worker.
