@@ -250,7 +250,7 @@ func (e *Engine) withCredentials(ctx context.Context, rec *Record, res Result, e
 func (e *Engine) bindResult(rec *Record, res Result) (BindResult, error) {
 	be, err := e.backend(rec)
 	if err != nil {
-		return BindResult{}, fmt.Errorf("%w: %v", ErrFailed, err)
+		return BindResult{}, fmt.Errorf("%w: %w", ErrFailed, err)
 	}
 	secret, err := e.box.Open(rec.SealedSecret, sealContext(rec))
 	var creds *Credentials

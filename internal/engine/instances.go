@@ -432,7 +432,7 @@ func (e *Engine) updateTarget(ctx context.Context, rec *Record, req UpdateReques
 	}
 	be, err := e.backend(rec)
 	if err != nil {
-		return Request{}, nil, fmt.Errorf("%w: %v", ErrUnprocessable, err)
+		return Request{}, nil, fmt.Errorf("%w: %w", ErrUnprocessable, err)
 	}
 	if err := be.Check(KindInstance, plan, t, rec.ID); err != nil {
 		return Request{}, nil, err
