@@ -308,17 +308,25 @@ func (j *judge) inventory(ctx context.Context, inv driver.Inventory) error {
 	return j.merge(ctx, j.users, names, rs)
 }
 
+// state is the bucket backend's part of r (zero for other records).
+func state(r *engine.Record) engine.BucketState {
+	if r.Bucket == nil {
+		return engine.BucketState{}
+	}
+	return *r.Bucket
+}
+
 func recordName(r *engine.Record) string { return string(r.Kind) + "/" + r.ID }
 
 // record judges a record on its own, res being the judged resource of its
 // name or nil: an operation in progress is noted, an upstream record
 // compared with its upstream, a ready one with its resources.
 func (j *judge) record(ctx context.Context, r *engine.Record, res *resource) error {
-	if r.Owner != "" && r.Phase != engine.PhaseDeleted && !r.Op.Finished() {
+	if state(r).Owner != "" && r.Phase != engine.PhaseDeleted && !r.Op.Finished() {
 		j.rep.Skipped = append(j.rep.Skipped, Skipped{Record: recordName(r),
 			Reason: fmt.Sprintf("%s in progress (operation %s): neither the record nor its resources are judged; audit again when it has finished", r.Op.Type, r.Op.ID)})
 	}
-	if r.Upstream != "" {
+	if r.Upstream != nil {
 		j.upstream(ctx, r)
 		return nil
 	}
@@ -328,7 +336,7 @@ func (j *judge) record(ctx context.Context, r *engine.Record, res *resource) err
 // carries reports whether r carries res's mark, res being of kind's
 // resources.
 func carries(res *resource, kind engine.Kind, r *engine.Record) bool {
-	h, k, ok := markOf(r.Owner)
+	h, k, ok := markOf(state(r).Owner)
 	return ok && k == kind && h == res.mark
 }
 
@@ -365,15 +373,15 @@ func (j *judge) owner(res *resource, r *engine.Record) {
 		return
 	}
 	for k := range strings.SplitSeq(res.keys, keySep) {
-		if k == r.AccessKeyID {
+		if k == state(r).AccessKeyID {
 			continue
 		}
-		detail := fmt.Sprintf("the record holds key %s", r.AccessKeyID)
-		if r.AccessKeyID == "" {
+		detail := fmt.Sprintf("the record holds key %s", state(r).AccessKeyID)
+		if state(r).AccessKeyID == "" {
 			detail = "the record holds no key"
 		}
 		j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindUnknownKey, Resource: ResourceKey, Name: k, User: res.name,
-			Owner: r.Owner, Record: recordName(r), Detail: detail, version: r.Version})
+			Owner: state(r).Owner, Record: recordName(r), Detail: detail, version: r.Version})
 	}
 }
 
@@ -434,7 +442,7 @@ func (j *judge) missing(ctx context.Context, r *engine.Record, res *resource) er
 // its resource was created and marked: its resource is judged for a lost
 // mark only (a missing one is on its way out).
 func failedCreated(r *engine.Record) bool {
-	return r.Phase == engine.PhaseFailed && ((r.Kind == engine.KindInstance && r.BucketCreated) || (r.Kind == engine.KindBinding && r.UserCreated))
+	return r.Phase == engine.PhaseFailed && ((r.Kind == engine.KindInstance && state(r).BucketCreated) || (r.Kind == engine.KindBinding && state(r).UserCreated))
 }
 
 // candidate is a finding of a missing resource, confirmed once the
@@ -446,9 +454,13 @@ type candidate struct {
 
 // trimmed is what a candidate keeps of its record.
 func trimmed(r *engine.Record) *engine.Record {
-	return &engine.Record{Kind: r.Kind, ID: r.ID, Version: r.Version, Phase: r.Phase, Op: engine.Operation{State: r.Op.State},
-		Bucket: r.Bucket, UserName: r.UserName, Owner: r.Owner, AccessKeyID: r.AccessKeyID,
-		BucketCreated: r.BucketCreated, UserCreated: r.UserCreated}
+	t := &engine.Record{Kind: r.Kind, ID: r.ID, Version: r.Version, Phase: r.Phase, Op: engine.Operation{State: r.Op.State},
+		Backend: r.Backend}
+	if r.Bucket != nil {
+		b := *r.Bucket
+		t.Bucket = &b
+	}
+	return t
 }
 
 // missingFinding returns the finding of the ready record r, whose
@@ -460,16 +472,16 @@ func missingFinding(r *engine.Record, name string, res *resource) (Finding, bool
 		owner = driver.MarkOf(string(r.Kind), res.mark)
 	}
 	switch {
-	case r.Kind == engine.KindInstance && (res == nil || owner != r.Owner):
-		return Finding{Kind: KindMissing, Resource: ResourceBucket, Name: name, Owner: r.Owner,
+	case r.Kind == engine.KindInstance && (res == nil || owner != state(r).Owner):
+		return Finding{Kind: KindMissing, Resource: ResourceBucket, Name: name, Owner: state(r).Owner,
 			Record: recordName(r), Detail: "ready instance without its bucket" + otherMark(owner, res != nil),
 			Action: "not fixed: an empty bucket would hide that the data is gone; deprovision and provision the instance again from the platform"}, true
-	case r.Kind == engine.KindBinding && (res == nil || owner != r.Owner):
-		return Finding{Kind: KindMissing, Resource: ResourceUser, Name: name, Owner: r.Owner,
+	case r.Kind == engine.KindBinding && (res == nil || owner != state(r).Owner):
+		return Finding{Kind: KindMissing, Resource: ResourceUser, Name: name, Owner: state(r).Owner,
 			Record: recordName(r), Detail: "ready binding without its user" + otherMark(owner, res != nil),
 			Action: "not fixed: the application holds a key that cannot be restored; unbind and bind again from the platform"}, true
-	case r.Kind == engine.KindBinding && (res.keys == "" || !slices.Contains(strings.Split(res.keys, keySep), r.AccessKeyID)):
-		return Finding{Kind: KindMissing, Resource: ResourceKey, Name: r.AccessKeyID, User: name, Owner: r.Owner,
+	case r.Kind == engine.KindBinding && (res.keys == "" || !slices.Contains(strings.Split(res.keys, keySep), state(r).AccessKeyID)):
+		return Finding{Kind: KindMissing, Resource: ResourceKey, Name: state(r).AccessKeyID, User: name, Owner: state(r).Owner,
 			Record: recordName(r), Detail: "ready binding whose user lacks the key it handed out",
 			Action: "not fixed: the application holds a key that cannot be restored; unbind and bind again from the platform"}, true
 	}
@@ -509,9 +521,9 @@ func (j *judge) confirmPending(ctx context.Context) error {
 // its unchanged ready record vouches for that is not there was removed
 // behind its back.
 func (j *judge) confirm(ctx context.Context, r *engine.Record, f Finding) error {
-	req := driver.ObserveRequest{Bucket: r.Bucket}
+	req := driver.ObserveRequest{Bucket: state(r).Bucket}
 	if r.Kind == engine.KindBinding {
-		req = driver.ObserveRequest{UserName: r.UserName}
+		req = driver.ObserveRequest{UserName: state(r).UserName}
 	}
 	obs, err := j.drv.Observe(ctx, req)
 	if err != nil {
@@ -522,11 +534,11 @@ func (j *judge) confirm(ctx context.Context, r *engine.Record, f Finding) error 
 		exists, owner = obs.UserExists, obs.UserOwner
 	}
 	switch {
-	case exists && owner != r.Owner:
+	case exists && owner != state(r).Owner:
 		f = markLost(r, f, owner)
 	case r.Phase != engine.PhaseReady:
 		return nil // gone, or marked: nothing lost
-	case exists && (r.Kind == engine.KindInstance || slices.Contains(obs.KeyIDs, r.AccessKeyID)):
+	case exists && (r.Kind == engine.KindInstance || slices.Contains(obs.KeyIDs, state(r).AccessKeyID)):
 		return nil
 	}
 	now, err := j.store.Get(ctx, r.Kind, r.ID)
@@ -556,7 +568,7 @@ func markLost(r *engine.Record, f Finding, owner string) Finding {
 	}
 	f.Detail = fmt.Sprintf("exists without the owner mark it was created with (removed outside the broker)%s", otherMark(owner, owner != ""))
 	f.Action = fmt.Sprintf("not fixed: the broker deletes nothing without its mark, and the %s fails; put the mark %q back, or delete the %s yourself, then %s again",
-		undo, r.Owner, f.Resource, undo)
+		undo, state(r).Owner, f.Resource, undo)
 	return f
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/bucketbroker/bucketbroker/internal/audit"
+	"github.com/bucketbroker/bucketbroker/internal/bucket"
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
 	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
 	"github.com/bucketbroker/bucketbroker/internal/engine"
@@ -165,8 +166,12 @@ func (w *world) engine(t *testing.T, fn func(e *engine.Engine)) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := engine.New(engine.Options{Store: w.store, Driver: w.drv, Catalog: catalog.Default(), Box: box,
-		Prefix: w.prefix, Logger: slog.New(slog.DiscardHandler)})
+	bb, err := bucket.New(bucket.Options{Driver: w.drv, Catalog: catalog.Default(), Prefix: w.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(engine.Options{Store: w.store, Backends: []engine.Backend{bb}, Catalog: catalog.Default(), Box: box,
+		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,13 +314,13 @@ func testDrift(t *testing.T, cfg s3iam.Config) {
 	must(t, w.drv.EnsureBucket(ctx, driver.BucketSpec{Name: claimBucket, Owner: driver.OwnerMark("claim", "uid-1")}))
 	// In progress: a provision the engine is still driving (a record
 	// written, its bucket made, the operation not finished).
-	busy := &engine.Record{Kind: engine.KindInstance, ID: "busy", Phase: engine.PhaseProvisioning, Bucket: busyBucket,
-		Owner: driver.OwnerMark("instance", "busy"), BucketAttempted: true,
-		Op: engine.Operation{ID: "op-busy", Type: engine.OpProvision, State: engine.OpInProgress, StartedAt: time.Now(), Deadline: time.Now().Add(time.Hour)}}
+	busy := &engine.Record{Kind: engine.KindInstance, ID: "busy", Phase: engine.PhaseProvisioning, Backend: "bucket",
+		Bucket: &engine.BucketState{Bucket: busyBucket, Owner: driver.OwnerMark("instance", "busy"), BucketAttempted: true},
+		Op:     engine.Operation{ID: "op-busy", Type: engine.OpProvision, State: engine.OpInProgress, StartedAt: time.Now(), Deadline: time.Now().Add(time.Hour)}}
 	must(t, w.store.Insert(ctx, busy))
-	must(t, w.drv.EnsureBucket(ctx, driver.BucketSpec{Name: busyBucket, Owner: busy.Owner}))
+	must(t, w.drv.EnsureBucket(ctx, driver.BucketSpec{Name: busyBucket, Owner: busy.Bucket.Owner}))
 	// An upstream broker's instance (upstream mode): no bucket to judge.
-	up := &engine.Record{Kind: engine.KindInstance, ID: "up", Phase: engine.PhaseReady, Upstream: "db", UpstreamAttempted: true,
+	up := &engine.Record{Kind: engine.KindInstance, ID: "up", Phase: engine.PhaseReady, Backend: "db", Upstream: &engine.UpstreamState{Attempted: true},
 		Op: engine.Operation{ID: "op-up", Type: engine.OpProvision, State: engine.OpSucceeded, StartedAt: time.Now(), Deadline: time.Now().Add(time.Hour)}}
 	must(t, w.store.Insert(ctx, up))
 

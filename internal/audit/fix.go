@@ -27,8 +27,8 @@ func Fix(ctx context.Context, opts Options, rep *Report) error {
 	}
 	err := eachPage(ctx, opts.Store, func(page []*engine.Record) error {
 		for _, r := range page {
-			if _, ok := live[r.Owner]; ok && r.Owner != "" && r.Phase != engine.PhaseDeleted {
-				live[r.Owner] = r
+			if _, ok := live[state(r).Owner]; ok && state(r).Owner != "" && r.Phase != engine.PhaseDeleted {
+				live[state(r).Owner] = r
 			}
 		}
 		return nil
@@ -73,7 +73,7 @@ func changedSince(f *Finding, live map[string]*engine.Record) string {
 			return "its binding is no longer live"
 		case r.Version != f.version || !r.Op.Finished():
 			return fmt.Sprintf("%s changed since the audit read it", recordName(r))
-		case r.AccessKeyID == f.Name:
+		case state(r).AccessKeyID == f.Name:
 			return fmt.Sprintf("%s now holds this key", recordName(r))
 		}
 	}

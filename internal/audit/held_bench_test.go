@@ -102,13 +102,13 @@ type madeStore struct {
 func (s *madeStore) made(kind engine.Kind, i int) *engine.Record {
 	id := madeID(kind, i)
 	r := &engine.Record{Kind: kind, ID: id, Phase: engine.PhaseReady, Version: 3,
-		Owner: driver.OwnerMark(string(kind), id),
-		Op:    engine.Operation{ID: "op-" + id, Type: engine.OpProvision, State: engine.OpSucceeded, StartedAt: time.Unix(0, 0)}}
+		Backend: "bucket", Bucket: &engine.BucketState{Owner: driver.OwnerMark(string(kind), id)},
+		Op: engine.Operation{ID: "op-" + id, Type: engine.OpProvision, State: engine.OpSucceeded, StartedAt: time.Unix(0, 0)}}
 	if kind == engine.KindBinding {
-		r.UserName, r.AccessKeyID, r.Op.Type = madeName(kind, i), madeKey(i), engine.OpBind
+		r.Bucket.UserName, r.Bucket.AccessKeyID, r.Op.Type = madeName(kind, i), madeKey(i), engine.OpBind
 		r.InstanceID = madeID(engine.KindInstance, i)
 	} else {
-		r.Bucket = madeName(kind, i)
+		r.Bucket.Bucket = madeName(kind, i)
 	}
 	return r
 }

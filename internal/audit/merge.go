@@ -128,7 +128,7 @@ func (j *judge) mergeOne(ctx context.Context, s *stream, res *resource) error {
 			// Names are unique: no resource of the inventory has its name.
 			err = j.record(ctx, r, nil)
 		} else {
-			if r.Owner != "" && carries(res, s.kind, r) {
+			if state(r).Owner != "" && carries(res, s.kind, r) {
 				j.owner(res, r)
 			}
 			err = j.record(ctx, r, res)
@@ -248,10 +248,10 @@ func (j *judge) streamOf(kind engine.Kind) *stream {
 // byMark settles, in the last pass, the verdict of the resources left to
 // settle that carry r's mark.
 func (j *judge) byMark(r *engine.Record) {
-	if r.Owner == "" {
+	if state(r).Owner == "" {
 		return
 	}
-	h, k, ok := markOf(r.Owner)
+	h, k, ok := markOf(state(r).Owner)
 	if !ok {
 		return
 	}

@@ -239,16 +239,16 @@ func TestMergeRaces(t *testing.T) {
 	// A provision in the engine's order: the record (intent), the
 	// bucket, the record ready.
 	provision := func(id string) {
-		r := &engine.Record{Kind: engine.KindInstance, ID: id, Phase: engine.PhaseProvisioning, Bucket: w.bucket(id),
-			Owner: driver.OwnerMark("instance", id), BucketAttempted: true,
-			Op: engine.Operation{ID: "op-" + id, Type: engine.OpProvision, State: engine.OpInProgress, StartedAt: time.Now(), Deadline: time.Now().Add(time.Hour)}}
+		r := &engine.Record{Kind: engine.KindInstance, ID: id, Phase: engine.PhaseProvisioning, Backend: "bucket",
+			Bucket: &engine.BucketState{Bucket: w.bucket(id), Owner: driver.OwnerMark("instance", id), BucketAttempted: true},
+			Op:     engine.Operation{ID: "op-" + id, Type: engine.OpProvision, State: engine.OpInProgress, StartedAt: time.Now(), Deadline: time.Now().Add(time.Hour)}}
 		if old, err := w.store.Get(ctx, engine.KindInstance, id); err == nil {
 			r.Version = old.Version
 			must(t, w.store.Update(ctx, r))
 		} else {
 			must(t, w.store.Insert(ctx, r))
 		}
-		must(t, w.drv.EnsureBucket(ctx, driver.BucketSpec{Name: r.Bucket, Owner: r.Owner}))
+		must(t, w.drv.EnsureBucket(ctx, driver.BucketSpec{Name: r.Bucket.Bucket, Owner: r.Bucket.Owner}))
 		r.Phase, r.Op.State, r.Op.EndedAt = engine.PhaseReady, engine.OpSucceeded, time.Now()
 		must(t, w.store.Update(ctx, r))
 	}

@@ -164,7 +164,7 @@ func TestHeldAPageAtATime(t *testing.T) {
 	for i := range 20 {
 		id := fmt.Sprintf("old-%02d", i)
 		must(t, w.store.Insert(ctx, &engine.Record{Kind: engine.KindInstance, ID: id, Phase: engine.PhaseDeleted,
-			Bucket: w.bucket(id), Owner: driver.OwnerMark("instance", id),
+			Backend: "bucket", Bucket: &engine.BucketState{Bucket: w.bucket(id), Owner: driver.OwnerMark("instance", id)},
 			Op: engine.Operation{ID: "op-" + id, Type: engine.OpDeprovision, State: engine.OpSucceeded, StartedAt: time.Now()}}))
 	}
 	w.removeAfter(t, []string{w.bucket("kept"), w.bucket("old-09"), w.bucket("stray")}, []string{w.user("app")})

@@ -10,7 +10,7 @@ import (
 // Upstream is an upstream OSB broker whose records the audit compares
 // with what its GET answers (internal/upstream.Upstream).
 type Upstream interface {
-	// Name names the upstream, as Record.Upstream does.
+	// Name names the upstream, as Record.Backend does.
 	Name() string
 	// Observe asks the upstream for the record's instance or binding.
 	Observe(ctx context.Context, rec *engine.Record) (Observation, error)
@@ -52,45 +52,45 @@ func (j *judge) upstream(ctx context.Context, r *engine.Record) {
 		return
 	}
 	if !r.Op.Finished() {
-		j.skip(r, fmt.Sprintf("%s in progress (operation %s): not compared with upstream %q; audit again when it has finished", r.Op.Type, r.Op.ID, r.Upstream))
+		j.skip(r, fmt.Sprintf("%s in progress (operation %s): not compared with upstream %q; audit again when it has finished", r.Op.Type, r.Op.ID, r.Backend))
 		return
 	}
 	if r.Phase != engine.PhaseReady {
 		return
 	}
-	u := j.ups[r.Upstream]
+	u := j.ups[r.Backend]
 	if u == nil {
-		j.skip(r, fmt.Sprintf("it is upstream %q's, which this audit was not given: audit with --upstream or --upstream-config naming it", r.Upstream))
+		j.skip(r, fmt.Sprintf("it is upstream %q's, which this audit was not given: audit with --upstream or --upstream-config naming it", r.Backend))
 		return
 	}
 	obs, err := u.Observe(ctx, r)
 	if err != nil {
-		j.skip(r, fmt.Sprintf("upstream %q's GET failed, so it is not compared: %v", r.Upstream, err))
+		j.skip(r, fmt.Sprintf("upstream %q's GET failed, so it is not compared: %v", r.Backend, err))
 		return
 	}
 	resource, flag := ResourceUpstreamInstance, "instances_retrievable"
 	if r.Kind == engine.KindBinding {
 		resource, flag = ResourceUpstreamBinding, "bindings_retrievable"
 	}
-	name := fmt.Sprintf("%s:%s", r.Upstream, r.ID)
+	name := fmt.Sprintf("%s:%s", r.Backend, r.ID)
 	switch {
 	case !obs.Retrievable:
-		j.skip(r, fmt.Sprintf("upstream %q's catalog does not say %s for its service: the record cannot be checked", r.Upstream, flag))
+		j.skip(r, fmt.Sprintf("upstream %q's catalog does not say %s for its service: the record cannot be checked", r.Backend, flag))
 	case !obs.Found:
 		action := "deprovision and provision the instance again from the platform"
 		if r.Kind == engine.KindBinding {
 			action = "unbind and bind again from the platform"
 		}
 		j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindMissing, Resource: resource, Name: name, Record: recordName(r),
-			Detail: fmt.Sprintf("ready %s that upstream %q does not know (its GET answered not found)", r.Kind, r.Upstream),
+			Detail: fmt.Sprintf("ready %s that upstream %q does not know (its GET answered not found)", r.Kind, r.Backend),
 			Action: upstreamNotFixed + action})
 	case r.Kind == engine.KindInstance && obs.ServiceID != "" && obs.ServiceID != r.Request.ServiceID:
 		j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindDiffers, Resource: resource, Name: name, Record: recordName(r),
-			Detail: fmt.Sprintf("upstream %q has it under service %q, the record under %q", r.Upstream, obs.ServiceID, r.Request.ServiceID),
+			Detail: fmt.Sprintf("upstream %q has it under service %q, the record under %q", r.Backend, obs.ServiceID, r.Request.ServiceID),
 			Action: upstreamNotFixed + "the upstream changed what it was given; see docs/upstream.md"})
 	case r.Kind == engine.KindInstance && obs.PlanID != "" && obs.PlanID != r.Request.PlanID:
 		j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindDiffers, Resource: resource, Name: name, Record: recordName(r),
-			Detail: fmt.Sprintf("upstream %q has it at plan %q, the record at %q", r.Upstream, obs.PlanID, r.Request.PlanID),
+			Detail: fmt.Sprintf("upstream %q has it at plan %q, the record at %q", r.Backend, obs.PlanID, r.Request.PlanID),
 			Action: upstreamNotFixed + "update the instance's plan from the platform to the one it should have"})
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/bucketbroker/bucketbroker/internal/backend"
+	"github.com/bucketbroker/bucketbroker/internal/bucket"
 	"github.com/bucketbroker/bucketbroker/internal/buildinfo"
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
 	"github.com/bucketbroker/bucketbroker/internal/engine"
@@ -166,19 +167,19 @@ func openSecretBox(cfg Config) (*secretbox.Box, error) {
 // startBackend starts the bucket service's storage backend (none with
 // cfg.NoBucketService) and returns its driver and the endpoint bindings
 // name.
-func (b *Broker) startBackend(ctx context.Context, cfg Config) (driver.Driver, engine.Endpoint, error) {
+func (b *Broker) startBackend(ctx context.Context, cfg Config) (driver.Driver, bucket.Endpoint, error) {
 	if cfg.NoBucketService {
-		return nil, engine.Endpoint{}, nil
+		return nil, bucket.Endpoint{}, nil
 	}
 	be, err := backend.Start(ctx, cfg.Config)
 	if err != nil {
-		return nil, engine.Endpoint{}, err
+		return nil, bucket.Endpoint{}, err
 	}
 	b.backend = be
 	b.S3Endpoint, b.IAMEndpoint = be.S3Endpoint, be.IAMEndpoint
 	b.RootAccessKey, b.RootSecretKey = be.RootAccessKey, be.RootSecretKey
 	b.Generated.RootCredentials, b.Generated.RootCredentialsFile = be.GeneratedRootCredentials, be.RootCredentialsFile
-	return be.Driver, engine.Endpoint{URL: be.PublicS3Endpoint, Region: be.Region, PathStyle: be.PathStyle}, nil
+	return be.Driver, bucket.Endpoint{URL: be.PublicS3Endpoint, Region: be.Region, PathStyle: be.PathStyle}, nil
 }
 
 // setCredentials sets the OSB API's basic-auth credentials: the
@@ -247,9 +248,16 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ups := make([]engine.Upstream, len(b.upstream))
-	for i, u := range b.upstream {
-		ups[i] = u
+	var backends []engine.Backend
+	if drv != nil {
+		bb, err := bucket.New(bucket.Options{Driver: drv, Catalog: cat, Endpoint: endpoint, Prefix: cfg.Prefix})
+		if err != nil {
+			return nil, err
+		}
+		backends = append(backends, bb)
+	}
+	for _, u := range b.upstream {
+		backends = append(backends, u)
 	}
 
 	replica := cfg.ReplicaID
@@ -260,10 +268,9 @@ func Start(ctx context.Context, cfg Config) (_ *Broker, err error) {
 	}
 
 	b.engine, err = engine.New(engine.Options{
-		Store: b.store, Driver: drv, Catalog: cat, Box: box, Endpoint: endpoint, Prefix: cfg.Prefix,
+		Store: b.store, Catalog: cat, Box: box, Backends: backends,
 		AsyncTimeout: cfg.AsyncTimeout, SyncTimeout: cfg.SyncTimeout, SyncBudget: cfg.SyncBudget, Logger: b.log, Registerer: reg,
 		ReplicaID: replica, LeaseTTL: cfg.LeaseTTL, CallTimeout: cfg.BackendCallTimeout, Workers: cfg.Workers,
-		Upstreams: ups,
 	})
 	if err != nil {
 		return nil, err

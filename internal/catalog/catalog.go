@@ -14,8 +14,6 @@ import (
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 	"sigs.k8s.io/yaml"
-
-	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
 //go:embed default.yaml
@@ -29,7 +27,7 @@ var ErrUnknown = errors.New("not in the catalog")
 type PlanConfig struct {
 	// Access lists the access modes bindings may ask for; the first is the
 	// default. Empty means read-write only.
-	Access []driver.Access `json:"access,omitempty"`
+	Access []Access `json:"access,omitempty"`
 	// AsyncRequired makes provision, update and deprovision answer only
 	// asynchronously (422 AsyncRequired without accepts_incomplete=true).
 	AsyncRequired bool `json:"asyncRequired,omitempty"`
@@ -41,8 +39,21 @@ type PlanConfig struct {
 	Versioning bool `json:"versioning,omitempty"`
 }
 
+// Access is an access mode of a bucket binding: the driver's access modes
+// (pkg/driver's Access), spelled the same.
+type Access string
+
+// Valid reports whether a is one of the three access modes.
+func (a Access) Valid() bool {
+	switch a {
+	case "read-write", "read-only", "write-only":
+		return true
+	}
+	return false
+}
+
 // AllowsAccess reports whether bindings under this plan may have access a.
-func (c PlanConfig) AllowsAccess(a driver.Access) bool {
+func (c PlanConfig) AllowsAccess(a Access) bool {
 	for _, x := range c.access() {
 		if x == a {
 			return true
@@ -52,11 +63,11 @@ func (c PlanConfig) AllowsAccess(a driver.Access) bool {
 }
 
 // DefaultAccess is the access of a binding that does not ask for one.
-func (c PlanConfig) DefaultAccess() driver.Access { return c.access()[0] }
+func (c PlanConfig) DefaultAccess() Access { return c.access()[0] }
 
-func (c PlanConfig) access() []driver.Access {
+func (c PlanConfig) access() []Access {
 	if len(c.Access) == 0 {
-		return []driver.Access{driver.AccessReadWrite}
+		return []Access{"read-write"}
 	}
 	return c.Access
 }

@@ -89,11 +89,11 @@ func TestDeprovisionBeforeAdoption(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !rec.BucketAttempted {
+			if !rec.Bucket.BucketAttempted {
 				t.Fatal("the provision's create call is under way and the record has no bucketAttempted")
 			}
 			if kind == notAttempted {
-				rec.BucketAttempted = false
+				rec.Bucket.BucketAttempted = false
 				if err := h.store.Update(ctx, rec); err != nil {
 					t.Fatal(err)
 				}
@@ -169,11 +169,11 @@ func TestUnbindBeforeAdoption(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if !rec.UserAttempted {
+				if !rec.Bucket.UserAttempted {
 					t.Fatal("the bind's create call is under way and the record has no userAttempted")
 				}
 				if kind == notAttempted {
-					rec.UserAttempted = false
+					rec.Bucket.UserAttempted = false
 					if err := h.store.Update(ctx, rec); err != nil {
 						t.Fatal(err)
 					}
@@ -201,9 +201,9 @@ func TestUnbindBeforeAdoption(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if rec.Phase != engine.PhaseDeleted || rec.UserAttempted || rec.AccessKeyID != "" || len(rec.SealedSecret) != 0 {
+				if rec.Phase != engine.PhaseDeleted || rec.Bucket.UserAttempted || rec.Bucket.AccessKeyID != "" || len(rec.SealedSecret) != 0 {
 					t.Errorf("the binding's record is %s with userAttempted %v and key %q, want deleted, false and none",
-						rec.Phase, rec.UserAttempted, rec.AccessKeyID)
+						rec.Phase, rec.Bucket.UserAttempted, rec.Bucket.AccessKeyID)
 				}
 				if kind == unmarked {
 					if keys, ok := h.users()[user]; ok {

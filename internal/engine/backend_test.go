@@ -48,18 +48,18 @@ func TestNewChecksUpstreams(t *testing.T) {
 	db := namedUpstream{name: "db", ids: []string{"u-svc"}}
 	for name, tc := range map[string]struct {
 		cat  *catalog.Catalog
-		ups  []engine.Upstream
+		ups  []engine.Backend
 		want string // "" accepts
 	}{
-		"upstream only, no driver":       {cat: upOnly, ups: []engine.Upstream{db}},
-		"bucket service without driver":  {cat: both, ups: []engine.Upstream{db}, want: "driver"},
-		"service not in the catalog":     {cat: upOnly, ups: []engine.Upstream{db, namedUpstream{name: "q", ids: []string{"nope"}}}, want: `"nope" of upstream "q" is not in the catalog`},
-		"a service of two upstreams":     {cat: upOnly, ups: []engine.Upstream{db, namedUpstream{name: "db2", ids: []string{"u-svc"}}}, want: `upstreams "db" and "db2" both serve`},
-		"two upstreams of one name":      {cat: upOnly, ups: []engine.Upstream{db, namedUpstream{name: "db"}}, want: `two upstreams are named "db"`},
+		"upstream only, no driver":       {cat: upOnly, ups: []engine.Backend{db}},
+		"bucket service without driver":  {cat: both, ups: []engine.Backend{db}, want: "driver"},
+		"service not in the catalog":     {cat: upOnly, ups: []engine.Backend{db, namedUpstream{name: "q", ids: []string{"nope"}}}, want: `"nope" of backend "q" is not in the catalog`},
+		"a service of two upstreams":     {cat: upOnly, ups: []engine.Backend{db, namedUpstream{name: "db2", ids: []string{"u-svc"}}}, want: `backends "db" and "db2" both serve`},
+		"two upstreams of one name":      {cat: upOnly, ups: []engine.Backend{db, namedUpstream{name: "db"}}, want: `two backends are named "db"`},
 		"no upstream serves the service": {cat: upOnly, want: "driver"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := engine.New(engine.Options{Store: st, Catalog: tc.cat, Box: box, Upstreams: tc.ups})
+			_, err := engine.New(engine.Options{Store: st, Catalog: tc.cat, Box: box, Backends: tc.ups})
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)
@@ -84,7 +84,8 @@ func TestBucketRecordWithoutTheBucketService(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now().UTC()
-	rec := &engine.Record{Kind: engine.KindInstance, ID: "old", Phase: engine.PhaseDeprovisioning, Bucket: "bb-old", Owner: "instance/old",
+	rec := &engine.Record{Kind: engine.KindInstance, ID: "old", Phase: engine.PhaseDeprovisioning, Backend: "bucket",
+		Bucket:    &engine.BucketState{Bucket: "bb-old", Owner: "instance/old"},
 		Op:        engine.Operation{ID: "op1", Type: engine.OpDeprovision, State: engine.OpInProgress, StartedAt: now, Deadline: now.Add(time.Hour)},
 		CreatedAt: now, UpdatedAt: now}
 	if err := st.Insert(ctx, rec); err != nil {
@@ -95,7 +96,7 @@ func TestBucketRecordWithoutTheBucketService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := engine.New(engine.Options{Store: st, Catalog: cat, Box: box, Upstreams: []engine.Upstream{namedUpstream{name: "db", ids: []string{"u-svc"}}}})
+	e, err := engine.New(engine.Options{Store: st, Catalog: cat, Box: box, Backends: []engine.Backend{namedUpstream{name: "db", ids: []string{"u-svc"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,13 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
 	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
-	"github.com/bucketbroker/bucketbroker/internal/ensure"
-	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
 // Bind creates a credential scoped to the instance's bucket, or answers a
@@ -46,9 +43,8 @@ func (e *Engine) Bind(ctx context.Context, req BindRequest) (BindResult, error) 
 }
 
 // bindCall is one Bind request on its way to the record: the canonical
-// request and its fingerprint, the plan, and, once check has run, the
-// access a new binding gets. Its methods are the parts of recordCreation's
-// loop (see creation).
+// request and its fingerprint, the plan and the backend serving it. Its
+// methods are the parts of recordCreation's loop (see creation).
 type bindCall struct {
 	e    *Engine
 	req  BindRequest
@@ -56,11 +52,7 @@ type bindCall struct {
 	r    Request
 	fp   string
 	how  answering
-	// up names the upstream serving the service, empty for buckets.
-	up string
-	bp bindingParams
-	// access is the new binding's, once check ran.
-	access driver.Access
+	be   Backend
 }
 
 func (e *Engine) newBindCall(req BindRequest) (*bindCall, error) {
@@ -79,145 +71,87 @@ func (e *Engine) newBindCall(req BindRequest) (*bindCall, error) {
 	if err != nil {
 		return nil, invalidf("bind_resource: %v", err)
 	}
+	be, err := e.backendOf(req.ServiceID)
+	if err != nil {
+		return nil, err
+	}
 	r := Request{ServiceID: req.ServiceID, PlanID: req.PlanID, Parameters: params,
 		AppGUID: req.AppGUID, BindResource: bindResource, Context: req.Context, Predecessor: req.PredecessorBindingID}
 	return &bindCall{e: e, req: req, plan: plan, r: r, fp: fingerprint(req.InstanceID, r),
-		how: e.answering(req.AcceptsIncomplete, nil), up: e.upstreamOf(req.ServiceID)}, nil
+		how: e.answering(req.AcceptsIncomplete, nil), be: be}, nil
 }
 
 // check runs before anything is written or answered, except for an exact
 // replay of a live binding (see creation.check).
 func (b *bindCall) check() error {
-	plan, pred := b.plan, b.r.Predecessor
-	if err := plan.Validate(catalog.ForBind, b.r.Parameters); err != nil {
+	if err := b.plan.Validate(catalog.ForBind, b.r.Parameters); err != nil {
 		return invalidf("%v", err)
 	}
-	if b.up != "" {
-		return checkUpstreamBind(plan, b.r, b.req.BindingID)
-	}
-	if err := decodeParams(b.r.Parameters, &b.bp); err != nil {
-		return invalidf("parameters: %v", err)
-	}
-	b.access = plan.Settings().DefaultAccess()
-	if b.bp.Access != "" {
-		b.access = driver.Access(b.bp.Access)
-	}
-	if !plan.Settings().AllowsAccess(b.access) {
-		return invalidf("plan %q does not allow %s bindings", plan.Name, b.access)
-	}
-	if pred != "" && !plan.Rotatable() {
-		return invalidf("plan %q does not allow binding rotation", plan.Name)
-	}
-	if pred == b.req.BindingID && pred != "" {
-		return invalidf("binding %s cannot rotate itself", pred)
+	if err := b.be.Check(KindBinding, b.plan, b.r, b.req.BindingID); err != nil {
+		return err
 	}
 	return checkFreeForm(b.r)
 }
 
-// rotation returns the access of a new binding: a rotation's is its
-// predecessor's, looked up only when the binding is recorded anew (a
-// replay is answered from its record, whatever became of the predecessor
-// since).
-func (b *bindCall) rotation(ctx context.Context) (driver.Access, error) {
+// predecessor returns the binding a rotation rotates (nil: none), looked
+// up only when the binding is recorded anew (a replay is answered from its
+// record, whatever became of the predecessor since).
+func (b *bindCall) predecessor(ctx context.Context) (*Record, error) {
 	pred := b.r.Predecessor
 	if pred == "" {
-		return b.access, nil
+		return nil, nil
 	}
 	p, err := b.e.store.Get(ctx, KindBinding, pred)
 	if errors.Is(err, ErrNotFound) || (err == nil && (p.InstanceID != b.req.InstanceID || p.Phase != PhaseReady)) {
-		return "", invalidf("predecessor binding %s of instance %s does not exist, or is being made or deleted", pred, b.req.InstanceID)
+		return nil, invalidf("predecessor binding %s of instance %s does not exist, or is being made or deleted", pred, b.req.InstanceID)
 	} else if err != nil {
-		return "", b.e.storeErr(ctx, err)
+		return nil, b.e.storeErr(ctx, err)
 	}
-	if b.bp.Access != "" && driver.Access(b.bp.Access) != driver.Access(p.Access) {
-		return "", invalidf("a rotation keeps its predecessor's access (%s); the parameters ask for %s", p.Access, b.bp.Access)
+	return p, nil
+}
+
+// preparation is what the backend's Prepare gets for this bind.
+func (b *bindCall) preparation(ctx context.Context) (Preparation, error) {
+	inst, err := b.e.bindableInstance(ctx, b.req)
+	if err != nil {
+		return Preparation{}, err
 	}
-	return driver.Access(p.Access), nil
+	pred, err := b.predecessor(ctx)
+	if err != nil {
+		return Preparation{}, err
+	}
+	return Preparation{Look: b.e.lookTimeout(b.how), Instance: inst, Predecessor: pred}, nil
 }
 
 // fresh makes the record of a binding id never seen.
 func (b *bindCall) fresh(ctx context.Context) (*Record, error) {
-	inst, err := b.e.bindableInstance(ctx, b.req)
+	p, err := b.preparation(ctx)
 	if err != nil {
 		return nil, err
 	}
-	access, err := b.rotation(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rec := b.e.newBinding(b.req, inst, b.r, b.fp, access)
-	if rec.Upstream = b.up; b.up != "" {
-		rec.UserName, rec.Owner = "", ""
-		return rec, nil
-	}
-	rec.UserAttempted = b.e.userFree(ctx, rec, b.how)
-	return rec, nil
+	rec := b.e.newBinding(b.req, b.be.Name(), b.r, b.fp)
+	return rec, b.be.Prepare(ctx, rec, p)
 }
 
 // again makes a deleted or failed binding's record the new request's.
 func (b *bindCall) again(ctx context.Context, rec *Record) error {
-	inst, err := b.e.bindableInstance(ctx, b.req)
+	p, err := b.preparation(ctx)
 	if err != nil {
 		return err
 	}
-	access, err := b.rotation(ctx)
-	if err != nil {
-		return err
-	}
-	rec.UpstreamOp = UpstreamOp{}
 	if rec.Phase == PhaseDeleted {
-		b.reuseDeleted(ctx, rec)
+		rec.reuse(b.be.Name())
 	}
-	rec.InstanceID, rec.Bucket, rec.Request, rec.Fingerprint = inst.ID, inst.Bucket, b.r, b.fp
-	rec.Access, rec.Phase = string(access), PhaseProvisioning
+	rec.InstanceID, rec.Request, rec.Fingerprint, rec.Phase = p.Instance.ID, b.r, b.fp, PhaseProvisioning
 	rec.startOp(b.e.newOp(OpBind, b.req.AcceptsIncomplete, b.req.Identity))
-	return nil
+	return b.be.Prepare(ctx, rec, p)
 }
 
-// reuseDeleted readies a deleted binding's record for its id's next bind.
-func (b *bindCall) reuseDeleted(ctx context.Context, rec *Record) {
-	rec.AccessKeyID, rec.SealedSecret = "", nil
-	rec.UserCreated = false
-	if b.up != "" || rec.Upstream != "" {
-		// The id may come back for another service: the names are those
-		// of the service asked for now.
-		rec.Upstream, rec.UpstreamAttempted = b.up, false
-		rec.UserAttempted = false
-		rec.UserName, rec.Owner = "", ""
-		if b.up == "" {
-			rec.UserName, rec.Owner = driver.UserName(b.e.prefix, string(KindBinding), rec.ID), driver.OwnerMark(string(KindBinding), rec.ID)
-			rec.UserAttempted = b.e.userFree(ctx, rec, b.how)
-		}
-		return
-	}
-	// An unbind leaves nothing of ours under the name: look again, as for
-	// a new binding.
-	rec.UserAttempted = b.e.userFree(ctx, rec, b.how)
-}
-
-// userFree looks, before the intent is recorded, whether the binding's user
-// name is free (or already carries this binding's mark). Only then may the
-// bind adopt an unmarked user under that name later. As bucketFree: when
-// the backend cannot tell now, or the request is asynchronous, the bind's
-// worker looks first. Where the backend marks a new user in the same write
-// (ensure.UserLookNeeded), nobody looks and no attempt is recorded.
-func (e *Engine) userFree(ctx context.Context, rec *Record, how answering) bool {
-	if how == answerAsync || !ensure.UserLookNeeded(e.driver) {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(ctx, e.lookTimeout(how))
-	defer cancel()
-	v, err := ensure.Look(ctx, e.driver, ensure.Names{User: rec.UserName, Owner: rec.Owner})
-	return err == nil && v.UserFree
-}
-
-func (e *Engine) newBinding(req BindRequest, inst *Record, r Request, fp string, access driver.Access) *Record {
+func (e *Engine) newBinding(req BindRequest, backend string, r Request, fp string) *Record {
 	now := time.Now().UTC()
 	return &Record{
-		Kind: KindBinding, ID: req.BindingID, InstanceID: inst.ID, Fingerprint: fp, Request: r,
-		Phase: PhaseProvisioning, Op: e.newOp(OpBind, req.AcceptsIncomplete, req.Identity),
-		Bucket: inst.Bucket, UserName: driver.UserName(e.prefix, string(KindBinding), req.BindingID),
-		Owner: driver.OwnerMark(string(KindBinding), req.BindingID), Access: string(access),
+		Kind: KindBinding, ID: req.BindingID, InstanceID: req.InstanceID, Fingerprint: fp, Request: r,
+		Phase: PhaseProvisioning, Op: e.newOp(OpBind, req.AcceptsIncomplete, req.Identity), Backend: backend,
 		Lease: e.replica, LeaseUntil: now.Add(e.leaseTTL),
 		CreatedAt: now, UpdatedAt: now,
 	}
@@ -257,9 +191,9 @@ func (e *Engine) bindStarted(ctx context.Context, rec *Record, async bool) (Bind
 		return BindResult{}, e.storeErr(ctx, err)
 	}
 	if refused := e.refuseBind(inst, rec); refused != nil {
+		// Nothing was attempted: the next bind of the id starts anew.
+		rec.reuse(rec.Backend)
 		rec.Phase = PhaseDeleted
-		// Nothing was attempted: a later bind looks again.
-		rec.UserAttempted = false
 		rec.Op.State, rec.Op.Description, rec.Op.EndedAt = OpFailed, "bind failed: "+refused.Error(), time.Now().UTC()
 		if err := e.save(ctx, rec); err != nil && !errors.Is(err, ErrStale) {
 			return BindResult{}, e.storeErr(ctx, err)
@@ -267,7 +201,7 @@ func (e *Engine) bindStarted(ctx context.Context, rec *Record, async bool) (Bind
 		return BindResult{}, refused
 	}
 	crashpoint.Hit(crashpoint.BindRecordWritten)
-	e.log.Info("Binding", "id", rec.ID, "instance", rec.InstanceID, "user", rec.UserName, "access", rec.Access, "operation", rec.Op.ID)
+	e.log.Info("Binding", append([]any{"id", rec.ID, "instance", rec.InstanceID}, append(rec.resourceAttrs(), "operation", rec.Op.ID)...)...)
 	res, end, err := e.startedRecord(ctx, rec, OutcomeCreated, e.answering(async, nil))
 	if end != nil {
 		rec = end
@@ -284,8 +218,16 @@ func (e *Engine) refuseBind(inst, b *Record) error {
 	if inst.Phase == PhaseUpdating && inst.Op.Target != nil {
 		planID = inst.Op.Target.PlanID
 	}
-	if plan, err := e.catalog.Lookup(inst.Request.ServiceID, planID); err == nil && b.Upstream == "" && !plan.Settings().AllowsAccess(driver.Access(b.Access)) {
-		return fmt.Errorf("%w: instance %s is changing to plan %q, which does not allow %s bindings", ErrUnprocessable, inst.ID, plan.Name, b.Access)
+	plan, err := e.catalog.Lookup(inst.Request.ServiceID, planID)
+	if err != nil {
+		return nil
+	}
+	be, err := e.backend(b)
+	if err != nil {
+		return nil
+	}
+	if what, ok := be.Allows(plan, b); !ok {
+		return fmt.Errorf("%w: instance %s is changing to plan %q, which does not allow %s bindings", ErrUnprocessable, inst.ID, plan.Name, what)
 	}
 	return nil
 }
@@ -303,56 +245,24 @@ func (e *Engine) withCredentials(ctx context.Context, rec *Record, res Result, e
 	return e.bindResult(rec, res)
 }
 
-// bindResult answers a finished bind from rec: the bucket's credentials,
-// or the upstream's, as the upstream gave them.
+// bindResult answers a finished bind from rec: the credentials its
+// backend builds from the record and its secret.
 func (e *Engine) bindResult(rec *Record, res Result) (BindResult, error) {
-	if rec.Upstream != "" {
-		raw, err := e.upstreamCredentials(rec)
-		return BindResult{Result: res, RawCredentials: raw}, err
+	be, err := e.backend(rec)
+	if err != nil {
+		return BindResult{}, fmt.Errorf("%w: %w", ErrFailed, err)
 	}
-	creds, err := e.credentials(rec)
-	return BindResult{Result: res, Credentials: creds}, err
-}
-
-// checkUpstreamBind checks a bind of an upstream's service before it is
-// recorded. A rotation (the predecessor is forwarded upstream) needs a
-// plan the upstream's catalog says binding_rotatable.
-func checkUpstreamBind(plan *catalog.Plan, r Request, id string) error {
-	switch {
-	case r.Predecessor != "" && !plan.Rotatable():
-		return invalidf("plan %q does not allow binding rotation: the upstream broker's catalog does not say binding_rotatable for it", plan.Name)
-	case r.Predecessor != "" && r.Predecessor == id:
-		return invalidf("binding %s cannot rotate itself", id)
-	}
-	return checkFreeForm(r)
-}
-
-// upstreamCredentials opens an upstream binding's stored credentials: the
-// JSON object the upstream answered, never logged.
-func (e *Engine) upstreamCredentials(rec *Record) (json.RawMessage, error) {
-	raw, err := e.box.Open(rec.SealedSecret, sealContext(rec))
-	if err != nil || len(raw) == 0 {
-		e.log.Error("Cannot open stored credentials; is --encryption-key-file the key they were sealed with?", "binding", rec.ID, "error", err)
-		return nil, fmt.Errorf("%w: stored credentials of binding %s cannot be decrypted", ErrFailed, rec.ID)
-	}
-	return json.RawMessage(raw), nil
-}
-
-// credentials opens the binding's stored credentials.
-func (e *Engine) credentials(rec *Record) (*Credentials, error) {
 	secret, err := e.box.Open(rec.SealedSecret, sealContext(rec))
+	var creds *Credentials
+	var raw json.RawMessage
+	if err == nil {
+		creds, raw, err = be.Credentials(rec, secret)
+	}
 	if err != nil {
 		e.log.Error("Cannot open stored credentials; is --encryption-key-file the key they were sealed with?", "binding", rec.ID, "error", err)
-		return nil, fmt.Errorf("%w: stored credentials of binding %s cannot be decrypted", ErrFailed, rec.ID)
+		return BindResult{}, fmt.Errorf("%w: stored credentials of binding %s cannot be decrypted", ErrFailed, rec.ID)
 	}
-	c := &Credentials{
-		Bucket: rec.Bucket, Endpoint: e.endpoint.URL, Region: e.endpoint.Region, PathStyle: e.endpoint.PathStyle,
-		AccessKeyID: rec.AccessKeyID, SecretAccessKey: string(secret), Access: rec.Access,
-	}
-	if u, err := url.Parse(e.endpoint.URL); err == nil && u.Host != "" {
-		c.URI = (&url.URL{Scheme: "s3", User: url.UserPassword(c.AccessKeyID, c.SecretAccessKey), Host: u.Host, Path: "/" + rec.Bucket}).String()
-	}
-	return c, nil
+	return BindResult{Result: res, Credentials: creds, RawCredentials: raw}, nil
 }
 
 // Unbind revokes a binding's credential, halting a bind in progress.
@@ -370,7 +280,7 @@ func (e *Engine) Unbind(ctx context.Context, req UnbindRequest) (Result, error) 
 		case PhaseDeprovisioning:
 			return e.inFlight(ctx, rec, req.AcceptsIncomplete)
 		}
-		rec.Phase = PhaseDeprovisioning
+		rec.startDeletion()
 		rec.startOp(e.newOp(OpUnbind, req.AcceptsIncomplete, req.Identity))
 		if err := e.save(ctx, rec); errors.Is(err, ErrStale) {
 			continue

@@ -1,11 +1,15 @@
 // Package engine is bucketbroker's core: it turns OSB requests for service
-// instances (buckets) and bindings (bucket-scoped credentials) into durable
-// records and drives each record's operation to completion through a
-// Backend (backend.go): the bucket steps over a Driver (steps.go), or an
-// upstream OSB broker's (Options.Upstreams, internal/upstream), picked per
-// record (Record.Upstream). A Backend gets a Work: the record, retried
-// steps, compare-and-swap saves and the secret box; the contract below is
-// the engine's, whichever backend carries out the steps.
+// instances and bindings into durable records and drives each record's
+// operation to completion through the Backend that serves its service
+// (backend.go, Options.Backends, named in Record.Backend): the bucket
+// backend (internal/bucket) or an upstream OSB broker (internal/upstream).
+// The engine knows no backend by name. A Backend's Operations get a Work:
+// the record, retried steps, compare-and-swap saves and the secret box; its
+// Requests answer what differs per backend while a request is answered
+// (checks, the state a new record starts with, a binding's credentials).
+// Each backend keeps its state in its own part of the record
+// (Record.Bucket, Record.Upstream). The contract below is the engine's,
+// whichever backend carries out the steps.
 //
 // The contract it keeps, whatever the order, repetition or concurrency of
 // requests and whatever crashes in between:
@@ -20,18 +24,11 @@
 //     next write is stale, so it stops without further side effects.
 //   - One worker per record in this process drives the record's current
 //     operation: provision, update, deprovision, bind or unbind. Each step is
-//     an idempotent Driver call ("ensure"), so a step repeated after a crash
-//     adopts what the previous attempt made. Transient errors are retried
-//     with backoff and jitter until the operation's deadline; permanent ones
-//     (ownership conflicts, a non-empty bucket) fail the operation at once.
-//   - Ownership on the backend follows internal/ensure, shared with the
-//     ObjectBucketClaim door: the record's BucketAttempted and
-//     UserAttempted hold the look before the first create attempt (none at
-//     a user name where the driver says user marks are atomic:
-//     ensure.UserLookNeeded), BucketCreated and UserCreated its result
-//     (written with the provision's or bind's success: from then on a
-//     missing mark fails the deletion, ensure.ErrMarkLost), and the steps
-//     (steps.go) call ensure for every create, adopt and delete.
+//     an idempotent backend call (Work.Step), so a step repeated after a
+//     crash adopts what the previous attempt made. Transient errors are
+//     retried with backoff and jitter until the operation's deadline;
+//     permanent ones (ErrRefused, ErrNotOurs, ErrPermanent: an ownership
+//     conflict, a non-empty bucket) fail the operation at once.
 //   - Resume, don't abandon: Start picks up every unfinished operation.
 //     At most Options.Workers operations run at once; the others wait in a
 //     queue (queue.go), work a request has just started first, and a worker
@@ -41,9 +38,10 @@
 //     clock, whatever the worker is doing, and cancels the worker's context
 //     the moment the lease is taken or cannot be renewed in time; every
 //     backend call has a deadline shorter than the lease. Should two holders
-//     overlap anyway (a paused process), a bind keeps the key overlap rule
-//     (internal/ensure); a holder whose record write fails deletes only the
-//     key it made.
+//     overlap anyway (a paused process), every write is a compare-and-swap
+//     that one of them loses, and the loser stops (the bucket backend's
+//     bind keeps the key overlap rule of internal/ensure: a holder whose
+//     record write fails deletes only the key it made).
 //   - Synchronous when fast: a request with accepts_incomplete=true on a
 //     plan that does not require asynchrony records an asynchronous
 //     operation and waits for it up to Options.SyncBudget; finished by then,
@@ -58,8 +56,6 @@
 //     the operation stops without reading it back; writes by other
 //     processes are seen by reading the store (engine.go: wait, drive).
 //
-// Secret access keys are sealed with a secretbox before they are stored. Keys
-// created by the backend but lost by a crash before they were recorded are
-// deleted by the EnsureCredential that follows the next recorded key, which
-// keeps only that key.
+// A binding's secret (a key's secret, an upstream's credentials) is sealed
+// with a secretbox before it is stored (Work.SealCredentials).
 package engine

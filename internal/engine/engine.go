@@ -15,27 +15,17 @@ import (
 
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
 	"github.com/bucketbroker/bucketbroker/internal/secretbox"
-	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
-// Endpoint is how applications reach the buckets: it goes into every
-// binding's credentials.
-type Endpoint struct {
-	URL       string
-	Region    string
-	PathStyle bool
-}
-
-// Options configure an Engine. Store, Catalog and Box are required, and
-// Driver unless every service of the catalog is an upstream's.
+// Options configure an Engine. Store, Catalog and Box are required, and a
+// backend for every service of the catalog.
 type Options struct {
-	Store    Store
-	Driver   driver.Driver
-	Catalog  *catalog.Catalog
-	Box      *secretbox.Box
-	Endpoint Endpoint
-	// Prefix starts every backend bucket and user name (default "bb").
-	Prefix string
+	Store   Store
+	Catalog *catalog.Catalog
+	Box     *secretbox.Box
+	// Backends carry out the records' operations, each for its services
+	// (Backend.ServiceIDs, each in Catalog).
+	Backends []Backend
 	// AsyncTimeout bounds an asynchronous operation; when it passes, the
 	// operation fails (default 30 minutes).
 	AsyncTimeout time.Duration
@@ -72,20 +62,14 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the engine's metrics (nil: not registered).
 	Registerer prometheus.Registerer
-	// Upstreams are the upstream brokers whose services the engine
-	// serves besides the bucket service (each service id in Catalog).
-	Upstreams []Upstream
 }
 
 // Engine implements the idempotency contract for instances and bindings. It
 // is safe for concurrent use.
 type Engine struct {
 	store    Store
-	driver   driver.Driver
 	catalog  *catalog.Catalog
 	box      *secretbox.Box
-	endpoint Endpoint
-	prefix   string
 	asyncTTL time.Duration
 	syncTTL  time.Duration
 	// syncBudget: see Options.SyncBudget.
@@ -116,10 +100,10 @@ type Engine struct {
 	// unreadable maps the records reportUnreadable has logged to the
 	// version logged (under mu).
 	unreadable map[string]int64
-	// upstreams are Options.Upstreams by name; byService names the
-	// upstream of each of their service ids.
-	upstreams map[string]Upstream
-	byService map[string]string
+	// backends are Options.Backends by name; byService maps each of their
+	// service ids to its backend.
+	backends  map[string]Backend
+	byService map[string]Backend
 	// poll is how long a waiting request first waits for a write by this
 	// process before it reads the store (a time.Duration; doubled up to a
 	// second after each look). Tests that count reads lengthen it.
@@ -141,13 +125,7 @@ type worker struct {
 // New returns an Engine. Call Start before serving requests.
 func New(opts Options) (*Engine, error) {
 	if opts.Store == nil || opts.Catalog == nil || opts.Box == nil {
-		return nil, errors.New("engine: store, driver, catalog and secret box are required")
-	}
-	if opts.Prefix == "" {
-		opts.Prefix = "bb"
-	}
-	if err := driver.ValidatePrefix(opts.Prefix); err != nil {
-		return nil, err
+		return nil, errors.New("engine: store, catalog and secret box are required")
 	}
 	if opts.AsyncTimeout <= 0 {
 		opts.AsyncTimeout = 30 * time.Minute
@@ -185,16 +163,9 @@ func New(opts Options) (*Engine, error) {
 	if opts.Workers == 0 {
 		opts.Workers = 32
 	}
-	upstreams, byService, err := indexUpstreams(opts.Upstreams, opts.Catalog)
+	backends, byService, err := indexBackends(opts.Backends, opts.Catalog)
 	if err != nil {
 		return nil, err
-	}
-	if opts.Driver == nil {
-		for _, s := range opts.Catalog.Services {
-			if _, ok := byService[s.ID]; !ok {
-				return nil, fmt.Errorf("engine: store, driver, catalog and secret box are required (service %q is no upstream's)", s.Name)
-			}
-		}
 	}
 	sl := newSlots(opts.Workers)
 	m, err := newMetrics(opts.Registerer, sl.oldest)
@@ -205,13 +176,12 @@ func New(opts Options) (*Engine, error) {
 	base, stop := context.WithCancel(context.Background())
 	calls, cancelCalls := context.WithCancel(context.Background())
 	e := &Engine{
-		store: opts.Store, driver: opts.Driver, catalog: opts.Catalog, box: opts.Box,
-		endpoint: opts.Endpoint, prefix: opts.Prefix, asyncTTL: opts.AsyncTimeout,
+		store: opts.Store, catalog: opts.Catalog, box: opts.Box, asyncTTL: opts.AsyncTimeout,
 		syncTTL: opts.SyncTimeout, syncBudget: opts.SyncBudget, log: opts.Logger, metrics: m,
 		replica: opts.ReplicaID, leaseTTL: opts.LeaseTTL, sweepInt: opts.SweepInterval, callTO: opts.CallTimeout, slots: sl,
 		base: base, stop: stop, calls: calls, cancelCalls: cancelCalls, workers: map[string]*worker{}, changed: map[string]*waiters{},
-		creating:  map[string]chan struct{}{},
-		upstreams: upstreams, byService: byService,
+		creating: map[string]chan struct{}{},
+		backends: backends, byService: byService,
 	}
 	e.poll.Store(int64(20 * time.Millisecond))
 	return e, nil
@@ -506,33 +476,6 @@ func (e *Engine) runOn(ctx context.Context, rec *Record) error {
 	default:
 		return e.finish(ctx, rec, fmt.Errorf("unknown operation type %q", rec.Op.Type))
 	}
-}
-
-// indexUpstreams maps the upstreams by name and their services to their
-// names, refusing an unnamed or repeated upstream and a service that is not
-// in the catalog or that two upstreams claim.
-func indexUpstreams(ups []Upstream, cat *catalog.Catalog) (map[string]Upstream, map[string]string, error) {
-	byName, byService := map[string]Upstream{}, map[string]string{}
-	for _, u := range ups {
-		name := u.Name()
-		if name == "" {
-			return nil, nil, errors.New("engine: an upstream has no name")
-		}
-		if _, dup := byName[name]; dup {
-			return nil, nil, fmt.Errorf("engine: two upstreams are named %q", name)
-		}
-		byName[name] = u
-		for _, id := range u.ServiceIDs() {
-			if other, dup := byService[id]; dup {
-				return nil, nil, fmt.Errorf("engine: upstreams %q and %q both serve service %q", other, name, id)
-			}
-			if !cat.HasService(id) {
-				return nil, nil, fmt.Errorf("engine: service %q of upstream %q is not in the catalog", id, name)
-			}
-			byService[id] = name
-		}
-	}
-	return byName, byService, nil
 }
 
 // claim makes this engine the holder of rec's lease, unless another

@@ -27,6 +27,7 @@ import (
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bucketbroker/bucketbroker/internal/bucket"
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
 	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
 	"github.com/bucketbroker/bucketbroker/internal/engine"
@@ -334,9 +335,13 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
+	bb, err := bucket.New(bucket.Options{Driver: drv, Catalog: cat, Prefix: prefix,
+		Endpoint: bucket.Endpoint{URL: gw.S3Endpoint(), Region: gw.Region(), PathStyle: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	eng, err := engine.New(engine.Options{
-		Store: store, Driver: drv, Catalog: cat, Box: box, Prefix: prefix, Logger: log,
-		Endpoint:     engine.Endpoint{URL: gw.S3Endpoint(), Region: gw.Region(), PathStyle: true},
+		Store: store, Backends: []engine.Backend{bb}, Catalog: cat, Box: box, Logger: log,
 		SyncTimeout:  o.syncTimeout,
 		SyncBudget:   o.syncBudget,
 		AsyncTimeout: o.asyncTimeout,

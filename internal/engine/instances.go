@@ -10,8 +10,6 @@ import (
 
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
 	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
-	"github.com/bucketbroker/bucketbroker/internal/ensure"
-	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
 // Provision creates the instance's record and drives its provision, or
@@ -35,8 +33,11 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 	if err := checkMaintenance(plan, req.MaintenanceVersion); err != nil {
 		return Result{}, err
 	}
+	be, err := e.backendOf(req.ServiceID)
+	if err != nil {
+		return Result{}, err
+	}
 	how := e.answering(req.AcceptsIncomplete, plan)
-	up := e.upstreamOf(req.ServiceID)
 	r := Request{ServiceID: req.ServiceID, PlanID: req.PlanID, Parameters: params,
 		OrganizationGUID: req.OrganizationGUID, SpaceGUID: req.SpaceGUID, Context: req.Context,
 		Maintenance: plan.Maintenance().Version}
@@ -51,7 +52,7 @@ func (e *Engine) Provision(ctx context.Context, req ProvisionRequest) (Result, e
 			return res, nil
 		}
 	}
-	return e.provisionFrom(ctx, provisioning{req: req, plan: plan, r: r, fp: fp, how: how, up: up}, stored{first, err})
+	return e.provisionFrom(ctx, provisioning{req: req, plan: plan, r: r, fp: fp, how: how, be: be}, stored{first, err})
 }
 
 // provisioning is a provision that passed Provision's checks.
@@ -63,14 +64,14 @@ type provisioning struct {
 	r   Request
 	fp  string
 	how answering
-	// up is the upstream serving the service, "" for the bucket service.
-	up string
+	// be is the backend serving the service.
+	be Backend
 }
 
 // provisionFrom is Provision past its checks, from first, what the store
 // answered to its read.
 func (e *Engine) provisionFrom(ctx context.Context, p provisioning, first stored) (Result, error) {
-	req, plan, params, r, fp, how, up := p.req, p.plan, p.r.Parameters, p.r, p.fp, p.how, p.up
+	req, plan, params, r, fp, how, be := p.req, p.plan, p.r.Parameters, p.r, p.fp, p.how, p.be
 	rec, created, err := e.recordCreation(ctx, creation{
 		kind: KindInstance, id: req.InstanceID, op: OpProvision, first: &first,
 		same: func(rec *Record) bool { return rec.Fingerprint == fp },
@@ -81,40 +82,21 @@ func (e *Engine) provisionFrom(ctx context.Context, p provisioning, first stored
 			if err := checkFreeForm(r); err != nil {
 				return err
 			}
-			if up != "" {
-				return nil // the upstream's parameters are opaque
-			}
-			return checkLabels(params)
+			return be.Check(KindInstance, plan, r, req.InstanceID)
 		},
 		fresh: func() (*Record, error) {
-			fresh := e.newInstance(req.InstanceID, r, fp, e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
-			if fresh.Upstream = up; up != "" {
-				fresh.Bucket, fresh.Owner = "", ""
-				fresh.Op.Sent = sentOf(req)
-				return fresh, nil
-			}
-			fresh.BucketAttempted = e.bucketFree(ctx, fresh, how)
-			return fresh, nil
+			fresh := e.newInstance(req.InstanceID, be.Name(), r, fp, e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
+			fresh.Op.Sent = sentOf(req)
+			return fresh, be.Prepare(ctx, fresh, Preparation{Look: e.lookTimeout(how)})
 		},
 		again: func(rec *Record) error {
 			if rec.Phase == PhaseDeleted {
-				// A deleted id may come back for another service: the
-				// names are those of the service asked for now.
-				rec.Upstream, rec.UpstreamAttempted, rec.DashboardURL = up, false, ""
-				rec.Bucket, rec.Owner = "", ""
-				if up == "" {
-					rec.Bucket, rec.Owner = driver.BucketName(e.prefix, string(KindInstance), rec.ID), driver.OwnerMark(string(KindInstance), rec.ID)
-					rec.BucketAttempted = e.bucketFree(ctx, rec, how)
-				}
-				rec.BucketCreated = false
+				rec.reuse(be.Name())
 			}
-			rec.UpstreamOp = UpstreamOp{}
 			rec.Request, rec.Fingerprint, rec.Phase = r, fp, PhaseProvisioning
 			rec.startOp(e.newOp(OpProvision, req.AcceptsIncomplete, req.Identity))
-			if up != "" {
-				rec.Op.Sent = sentOf(req)
-			}
-			return nil
+			rec.Op.Sent = sentOf(req)
+			return be.Prepare(ctx, rec, Preparation{Look: e.lookTimeout(how)})
 		},
 	})
 	if err != nil {
@@ -122,7 +104,7 @@ func (e *Engine) provisionFrom(ctx context.Context, p provisioning, first stored
 	}
 	if created {
 		crashpoint.Hit(crashpoint.ProvisionRecordWritten)
-		e.log.Info("Provisioning instance", "id", req.InstanceID, "plan", plan.Name, "bucket", rec.Bucket, "operation", rec.Op.ID)
+		e.log.Info("Provisioning instance", append([]any{"id", req.InstanceID, "plan", plan.Name}, append(rec.resourceAttrs(), "operation", rec.Op.ID)...)...)
 		return e.started(ctx, rec, OutcomeCreated, how)
 	}
 	if res, ok := provisionReplay(rec); ok {
@@ -145,9 +127,10 @@ func provisionReplay(rec *Record) (Result, bool) {
 	return Result{Outcome: OutcomeOK, DashboardURL: rec.DashboardURL}, true
 }
 
-// sentOf is what an upstream gets of a provision beside the record: the
-// request's maintenance_info only when it had one; parameters and context
-// are the record's (as sent). Made only for a write (a replay needs none).
+// sentOf is what a backend that forwards requests gets of a provision
+// beside the record: the request's maintenance_info only when it had one;
+// parameters and context are the record's (as sent). Made only for a write
+// (a replay needs none).
 func sentOf(req ProvisionRequest) *Sent {
 	return &Sent{Maintenance: req.MaintenanceVersion}
 }
@@ -168,39 +151,25 @@ func checkMaintenance(plan *catalog.Plan, version string) error {
 	return nil
 }
 
-// bucketFree looks, before the intent is recorded, whether the instance's
-// bucket name is free (or already carries this instance's mark). Only then
-// may the provision adopt an unmarked bucket under that name later: it can
-// only be one its own attempt created and crashed before marking. When the
-// backend cannot tell now, the provision's worker looks again first; an
-// asynchronous request leaves the look to the worker at once, so that its
-// 202 never waits for the backend, and one answered within the sync budget
-// looks no longer than the budget.
-func (e *Engine) bucketFree(ctx context.Context, rec *Record, how answering) bool {
-	if how == answerAsync {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(ctx, e.lookTimeout(how))
-	defer cancel()
-	v, err := ensure.Look(ctx, e.driver, ensure.Names{Bucket: rec.Bucket, Owner: rec.Owner})
-	return err == nil && v.BucketFree
-}
-
 // lookTimeout bounds a look at the backend made before the intent is
-// recorded.
+// recorded (Preparation.Look). An asynchronous request leaves the look to
+// the worker at once, so that its 202 never waits for the backend, and one
+// answered within the sync budget looks no longer than the budget.
 func (e *Engine) lookTimeout(how answering) time.Duration {
+	if how == answerAsync {
+		return 0
+	}
 	if how == answerBudget {
 		return min(5*time.Second, e.syncBudget)
 	}
 	return 5 * time.Second
 }
 
-func (e *Engine) newInstance(id string, r Request, fp string, op Operation) *Record {
+func (e *Engine) newInstance(id, backend string, r Request, fp string, op Operation) *Record {
 	now := time.Now().UTC()
 	return &Record{
 		Kind: KindInstance, ID: id, Fingerprint: fp, Request: r,
-		Phase: PhaseProvisioning, Op: op,
-		Bucket: driver.BucketName(e.prefix, string(KindInstance), id), Owner: driver.OwnerMark(string(KindInstance), id),
+		Phase: PhaseProvisioning, Op: op, Backend: backend,
 		Lease: e.replica, LeaseUntil: now.Add(e.leaseTTL), // this engine drives what it records
 		CreatedAt: now, UpdatedAt: now,
 	}
@@ -346,10 +315,9 @@ func (e *Engine) Update(ctx context.Context, req UpdateRequest) (Result, error) 
 		rec.Phase = PhaseUpdating
 		rec.startOp(e.newOp(OpUpdate, req.AcceptsIncomplete, req.Identity))
 		rec.Op.Target = &target
-		if rec.Upstream != "" {
-			// The upstream gets what the platform sent, not the merge.
-			rec.Op.Sent = &Sent{Parameters: params, Context: req.Context, Maintenance: req.MaintenanceVersion}
-		}
+		// A backend that forwards requests sends what the platform sent,
+		// not the merge.
+		rec.Op.Sent = &Sent{Parameters: params, Context: req.Context, Maintenance: req.MaintenanceVersion}
 		if err := e.save(ctx, rec); errors.Is(err, ErrStale) {
 			continue
 		} else if err != nil {
@@ -462,10 +430,11 @@ func (e *Engine) updateTarget(ctx context.Context, rec *Record, req UpdateReques
 	if err := checkFreeForm(t); err != nil {
 		return Request{}, nil, err
 	}
-	if rec.Upstream != "" {
-		return t, plan, nil // the upstream's parameters are opaque
+	be, err := e.backend(rec)
+	if err != nil {
+		return Request{}, nil, fmt.Errorf("%w: %w", ErrUnprocessable, err)
 	}
-	if err := checkLabels(merged); err != nil {
+	if err := be.Check(KindInstance, plan, t, rec.ID); err != nil {
 		return Request{}, nil, err
 	}
 	return t, plan, nil
@@ -479,9 +448,16 @@ func (e *Engine) bindingsForbid(ctx context.Context, instanceID string, plan *ca
 		return e.storeErr(ctx, err)
 	}
 	for _, b := range bindings {
-		if b.Phase != PhaseDeleted && b.Upstream == "" && !plan.Settings().AllowsAccess(driver.Access(b.Access)) {
+		if b.Phase == PhaseDeleted {
+			continue
+		}
+		be, err := e.backend(b)
+		if err != nil {
+			continue // its operations fail anyway; nothing it has is checked
+		}
+		if what, ok := be.Allows(plan, b); !ok {
 			return fmt.Errorf("%w: binding %s has %s access, which plan %q does not allow; unbind it first",
-				ErrUnprocessable, b.ID, b.Access, plan.Name)
+				ErrUnprocessable, b.ID, what, plan.Name)
 		}
 	}
 	// List skipped the bindings it cannot read: their access is unknown.
@@ -549,7 +525,7 @@ func (e *Engine) GetInstance(ctx context.Context, id string) (*InstanceView, err
 		return nil, fmt.Errorf("%w: instance %s is %s", ErrMissing, id, rec.Phase)
 	}
 	v := &InstanceView{ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID,
-		Parameters: rec.Request.Parameters, Bucket: rec.Bucket, MaintenanceVersion: rec.Request.Maintenance,
+		Parameters: rec.Request.Parameters, Bucket: rec.ResourceName(), MaintenanceVersion: rec.Request.Maintenance,
 		DashboardURL: rec.DashboardURL}
 	if plan, err := e.catalog.Lookup(rec.Request.ServiceID, rec.Request.PlanID); err == nil && plan.Maintenance().Version == v.MaintenanceVersion {
 		v.MaintenanceDescription = plan.Maintenance().Description

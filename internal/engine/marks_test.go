@@ -84,7 +84,7 @@ func TestBindMakesNoLookWhereUserMarksAreAtomic(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rec.UserAttempted {
+			if rec.Bucket.UserAttempted {
 				t.Error("the record has userAttempted set, want none recorded where marks are atomic")
 			}
 			c := h.want(h.do("PUT", bind, bindBody(planStd, nil)), http.StatusOK, "the same bind again").creds()
@@ -164,7 +164,7 @@ func TestBindRefusesForeignUserWhereUserMarksAreAtomic(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if rec.UserAttempted {
+				if rec.Bucket.UserAttempted {
 					t.Errorf("the refused binding's record has userAttempted set")
 				}
 				h.want(h.do("DELETE", del(bind, planStd, false), nil), http.StatusOK, "unbind the failed binding")
@@ -214,7 +214,7 @@ func TestBindLooksWhereCreateUserDropsMarks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !rec.UserAttempted {
+			if !rec.Bucket.UserAttempted {
 				t.Error("the record has no userAttempted, want the look's attempt recorded")
 			}
 			if owner, _ := userMark(t, h.iam, user); owner != driver.OwnerMark("binding", bid) {
@@ -301,7 +301,7 @@ func TestRecordedAttemptAdoptsWhereUserMarksAreAtomic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rec.UserAttempted {
+	if !rec.Bucket.UserAttempted {
 		t.Fatal("the bind's first attempt is under way on a, which had to look, and the record has no userAttempted")
 	}
 	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)

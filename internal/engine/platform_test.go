@@ -211,12 +211,12 @@ func TestMaintenanceInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 	var kept []s3types.Tag
-	for k, v := range bucketTags(t, h, rec.Bucket) {
+	for k, v := range bucketTags(t, h, rec.Bucket.Bucket) {
 		if k != "team" {
 			kept = append(kept, s3types.Tag{Key: aws.String(k), Value: aws.String(v)})
 		}
 	}
-	if _, err := h.s3.PutBucketTagging(ctx, &s3.PutBucketTaggingInput{Bucket: aws.String(rec.Bucket),
+	if _, err := h.s3.PutBucketTagging(ctx, &s3.PutBucketTaggingInput{Bucket: aws.String(rec.Bucket.Bucket),
 		Tagging: &s3types.Tagging{TagSet: kept}}); err != nil {
 		t.Fatal(err)
 	}
@@ -225,12 +225,12 @@ func TestMaintenanceInfo(t *testing.T) {
 		t.Errorf("GET maintenance_info = %v, want version 0.9.0 without the plan's description", g.body["maintenance_info"])
 	}
 	h.want(h.do("PATCH", inst, map[string]any{"service_id": serviceID}), http.StatusOK, "update without maintenance_info")
-	if tags := bucketTags(t, h, rec.Bucket); tags["team"] != "" {
+	if tags := bucketTags(t, h, rec.Bucket.Bucket); tags["team"] != "" {
 		t.Fatalf("an update that changes nothing re-applied the tags: %v", tags)
 	}
 	update["maintenance_info"] = map[string]any{"version": "1.0.0"}
 	h.want(h.do("PATCH", inst, update), http.StatusOK, "upgrade")
-	if tags := bucketTags(t, h, rec.Bucket); tags["team"] != "a" {
+	if tags := bucketTags(t, h, rec.Bucket.Bucket); tags["team"] != "a" {
 		t.Errorf("tags after the upgrade = %v, want team=a again", tags)
 	}
 	g = h.want(h.do("GET", inst, nil), http.StatusOK, "GET after the upgrade")

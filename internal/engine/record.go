@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/bucketbroker/bucketbroker/internal/ensure"
 	"github.com/bucketbroker/bucketbroker/internal/jsonnest"
-	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
 // Kind is the kind of resource a Record describes.
@@ -75,19 +73,18 @@ type Operation struct {
 	EndedAt  time.Time `json:"endedAt,omitzero"`
 	// Target is the request an update applies (plan and parameters).
 	Target *Request `json:"target,omitempty"`
-	// Sent is what the platform's request sent for an upstream record's
-	// provision or update, which the upstream backend forwards as sent
-	// (Target and Request hold the merged, canonical state instead). Nil
-	// for bucket records and for other operations.
+	// Sent is what the platform's request sent for a provision or update,
+	// for a backend that forwards it as sent (Target and Request hold the
+	// merged, canonical state instead). Nil for other operations.
 	Sent *Sent `json:"sent,omitempty"`
 	// Refused marks a failed operation that the backend refused for good
-	// (driver.ErrInvalid: a 4xx no retry fixes): the request's error, not
+	// (ErrRefused: a 4xx no retry fixes): the request's error, not
 	// the broker's, answered 422 instead of 500.
 	Refused bool `json:"refused,omitempty"`
 }
 
-// Sent is the part of a platform's provision or update request that an
-// upstream broker gets as the platform sent it. Each field is empty when
+// Sent is the part of a platform's provision or update request that a
+// backend may forward as the platform sent it. Each field is empty when
 // the request had none. A provision's parameters and context are its
 // record's Request (as sent), so its Sent holds maintenance_info only.
 type Sent struct {
@@ -149,62 +146,21 @@ type Record struct {
 	Phase       Phase     `json:"phase"`
 	Op          Operation `json:"op"`
 
-	// Bucket is the backend bucket: an instance's own, or a binding's
-	// instance's.
-	Bucket string `json:"bucket,omitempty"`
-	// Owner is the owner mark on the backend resources of this record.
-	Owner string `json:"owner,omitempty"`
-	// BucketAttempted is set, durably, before the first attempt to create the
-	// bucket. It lets a retry adopt an unmarked bucket it created itself,
-	// and a deprovision mark such a bucket and delete it.
-	BucketAttempted bool `json:"bucketAttempted,omitempty"`
-	// BucketCreated is set in the write that ends a successful provision:
-	// the bucket was created and carries Owner. Until then (the crash
-	// window between the create call and that write, or a provision that
-	// failed) an unmarked bucket under the name may be this record's own
-	// and is adopted; from then on a bucket without the mark was changed
-	// by someone, and is never adopted or deleted (internal/ensure's
-	// Creation).
-	BucketCreated bool `json:"bucketCreated,omitempty"`
-
-	// UserName, UserAttempted, Access, AccessKeyID and SealedSecret are
-	// for bindings.
-	UserName string `json:"userName,omitempty"`
-	// UserAttempted is set, durably, before the first attempt to create the
-	// user, and only after a look showed the name free (or carrying this
-	// binding's mark). It lets a retry adopt an unmarked user it created
-	// itself: on a backend that marks users in a second call, a crash in
-	// between leaves one. An unbind marks such a user and deletes it, then
-	// clears the flag. Where the driver says the backend marks a new user
-	// in the same write (ensure.UserLookNeeded), the bind neither looks nor
-	// sets it: no user of ours is ever unmarked there.
-	UserAttempted bool `json:"userAttempted,omitempty"`
-	// UserCreated is BucketCreated for the binding's user: set in the
-	// write that ends a successful bind (where no attempt is recorded,
-	// too), cleared with UserAttempted by the unbind that revoked it.
-	UserCreated bool   `json:"userCreated,omitempty"`
-	Access      string `json:"access,omitempty"`
-	AccessKeyID string `json:"accessKeyId,omitempty"`
-	// SealedSecret is the secret access key, encrypted with the engine's
-	// sealer (AES-GCM). The plain secret is never stored.
-	SealedSecret []byte `json:"sealedSecret,omitempty"`
-
-	// Upstream names the upstream broker that carries out the record's
-	// operations (Options.Upstreams); empty for the bucket service. The
-	// fields that follow are its backend's; the bucket fields above stay
-	// empty. An upstream binding's credentials, the upstream's opaque
-	// JSON object, are sealed in SealedSecret.
-	Upstream string `json:"upstream,omitempty"`
-	// UpstreamAttempted is set, durably, before the first request that
-	// creates the instance or binding upstream (under this record's id): a
-	// duplicate answer (409, "name taken") then means "ours, look and
-	// adopt". A deprovision or unbind that deleted it clears it.
-	UpstreamAttempted bool `json:"upstreamAttempted,omitempty"`
-	// UpstreamOp is the upstream's operation that the record's operation
-	// waits for, recorded before it is polled (zero: none).
-	UpstreamOp UpstreamOp `json:"upstreamOp,omitzero"`
-	// DashboardURL is the dashboard_url of an upstream instance.
+	// Backend names the backend that carries out the record's operations
+	// (Backend.Name). The part that follows of that backend holds its
+	// state; the other parts are nil.
+	Backend string `json:"backend"`
+	// Bucket is the bucket backend's part (internal/bucket).
+	Bucket *BucketState `json:"bucketState,omitempty"`
+	// Upstream is an upstream backend's part (internal/upstream).
+	Upstream *UpstreamState `json:"upstreamState,omitempty"`
+	// DashboardURL is the instance's dashboard_url, when its backend gave
+	// one.
 	DashboardURL string `json:"dashboardUrl,omitempty"`
+	// SealedSecret is a binding's secret (a bucket binding's secret access
+	// key, an upstream binding's credentials), encrypted with the engine's
+	// secret box (AES-GCM). The plain secret is never stored.
+	SealedSecret []byte `json:"sealedSecret,omitempty"`
 
 	// History holds the operations before Op, newest first, so that a late
 	// poll for an earlier operation still gets its answer.
@@ -222,6 +178,63 @@ type Record struct {
 	UpdatedAt time.Time `json:"updatedAt"`
 }
 
+// BucketState is the bucket backend's part of a record: the names of the
+// bucket and user it makes, the owner mark they carry, and what the record
+// knows of their creation (internal/ensure).
+type BucketState struct {
+	// Bucket is the bucket: an instance's own, or a binding's instance's.
+	Bucket string `json:"bucket"`
+	// Owner is the owner mark on the resources of this record.
+	Owner string `json:"owner"`
+	// BucketAttempted is set, durably, before the first attempt to create
+	// the bucket. It lets a retry adopt an unmarked bucket it created
+	// itself, and a deprovision mark such a bucket and delete it.
+	BucketAttempted bool `json:"bucketAttempted,omitempty"`
+	// BucketCreated is set in the write that ends a successful provision:
+	// the bucket was created and carries Owner. Until then (the crash
+	// window between the create call and that write, or a provision that
+	// failed) an unmarked bucket under the name may be this record's own
+	// and is adopted; from then on a bucket without the mark was changed
+	// by someone, and is never adopted or deleted (internal/ensure's
+	// Creation).
+	BucketCreated bool `json:"bucketCreated,omitempty"`
+
+	// UserName, UserAttempted, UserCreated, Access and AccessKeyID are
+	// for bindings.
+	UserName string `json:"userName,omitempty"`
+	// UserAttempted is set, durably, before the first attempt to create the
+	// user, and only after a look showed the name free (or carrying this
+	// binding's mark). It lets a retry adopt an unmarked user it created
+	// itself: on a backend that marks users in a second call, a crash in
+	// between leaves one. An unbind marks such a user and deletes it, then
+	// clears the flag. Where the driver says the backend marks a new user
+	// in the same write (ensure.UserLookNeeded), the bind neither looks nor
+	// sets it: no user of ours is ever unmarked there.
+	UserAttempted bool `json:"userAttempted,omitempty"`
+	// UserCreated is BucketCreated for the binding's user: set in the
+	// write that ends a successful bind (where no attempt is recorded,
+	// too), cleared with UserAttempted by the unbind that revoked it.
+	UserCreated bool   `json:"userCreated,omitempty"`
+	Access      string `json:"access,omitempty"`
+	// AccessKeyID is the key whose secret the record holds, sealed
+	// (Record.SealedSecret).
+	AccessKeyID string `json:"accessKeyId,omitempty"`
+}
+
+// UpstreamState is an upstream backend's part of a record. An upstream
+// binding's credentials, the upstream's JSON object, are sealed in
+// Record.SealedSecret.
+type UpstreamState struct {
+	// Attempted is set, durably, before the first request that creates
+	// the instance or binding upstream (under this record's id): a
+	// duplicate answer (409, "name taken") then means "ours, look and
+	// adopt". A deprovision or unbind that deleted it clears it.
+	Attempted bool `json:"attempted,omitempty"`
+	// Op is the upstream's operation that the record's operation waits
+	// for, recorded before it is polled (zero: none).
+	Op UpstreamOp `json:"op,omitzero"`
+}
+
 // UpstreamOp is an upstream's asynchronous operation: its answer 202 to a
 // request of the record's operation OpID, and the operation string it
 // carried (empty when it carried none), which every poll sends back.
@@ -230,30 +243,55 @@ type UpstreamOp struct {
 	Operation string `json:"operation,omitempty"`
 }
 
-// ResourceName is the name of the record's backend resource, the name a
-// listing by name (ListOptions.ByName) orders it by: an instance's
-// bucket, a binding's user; empty for an upstream record.
+// ResourceName is the name of the record's resource at its backend, the
+// name a listing by name (ListOptions.ByName) orders it by: a bucket
+// instance's bucket, a bucket binding's user; empty for other records.
 func (r *Record) ResourceName() string {
-	if r.Kind == KindBinding {
-		return r.UserName
+	switch {
+	case r.Bucket == nil:
+		return ""
+	case r.Kind == KindBinding:
+		return r.Bucket.UserName
+	default:
+		return r.Bucket.Bucket
 	}
-	return r.Bucket
 }
 
-// bucketCreation is what the record says of its bucket's creation.
-func (r *Record) bucketCreation() ensure.Creation {
-	return ensure.CreationOf(r.BucketAttempted, r.BucketCreated)
+// resourceAttrs name the record's resource in log lines.
+func (r *Record) resourceAttrs() []any {
+	switch {
+	case r.Bucket != nil && r.Kind == KindBinding:
+		return []any{"user", r.Bucket.UserName}
+	case r.Bucket != nil:
+		return []any{"bucket", r.Bucket.Bucket}
+	default:
+		return []any{"backend", r.Backend}
+	}
 }
 
-// userCreation is what the record says of its user's creation.
-func (r *Record) userCreation() ensure.Creation {
-	return ensure.CreationOf(r.UserAttempted, r.UserCreated)
+// startDeletion moves the record to deprovisioning, for a deprovision or
+// an unbind.
+func (r *Record) startDeletion() { r.Phase = PhaseDeprovisioning }
+
+// reuse readies a deleted record for its id's next creation: the id may
+// come back for another service, so nothing of the backend it had stays.
+func (r *Record) reuse(backend string) {
+	r.Backend, r.Bucket, r.Upstream = backend, nil, nil
+	r.DashboardURL, r.SealedSecret = "", nil
 }
 
 // Clone returns a deep copy, so that callers can change it freely.
 func (r *Record) Clone() *Record {
 	c := *r
 	c.SealedSecret = cloneBytes(r.SealedSecret)
+	if r.Bucket != nil {
+		b := *r.Bucket
+		c.Bucket = &b
+	}
+	if r.Upstream != nil {
+		u := *r.Upstream
+		c.Upstream = &u
+	}
 	c.Request = r.Request.clone()
 	if r.Op.Target != nil {
 		t := r.Op.Target.clone()
@@ -374,20 +412,6 @@ func checkFreeForm(r Request) error {
 		if err := CheckFreeForm(f.name, f.raw); err != nil {
 			return invalidf("%v", err)
 		}
-	}
-	return nil
-}
-
-// checkLabels refuses labels (instance parameters, already past the plan's
-// schema, which a catalog may leave loose) that the backend would refuse as
-// bucket tags, before anything is recorded or created.
-func checkLabels(params []byte) error {
-	var p instanceParams
-	if err := decodeParams(params, &p); err != nil {
-		return invalidf("parameters: %v", err)
-	}
-	if err := driver.CheckTags(p.Labels, 1); err != nil { // 1: the owner mark
-		return invalidf("labels: %v", err)
 	}
 	return nil
 }

@@ -417,11 +417,11 @@ func TestGoneKeyHoldersKeepEachOthers(t *testing.T) {
 		}
 		switch n {
 		case 1:
-			_, err = o.a.iam.CreateUser(ctx, &iam.CreateUserInput{UserName: &r.UserName, Path: aws.String(s3iam.UserPath),
-				Tags: []iamtypes.Tag{{Key: aws.String(s3iam.OwnerTagKey), Value: &r.Owner}}})
+			_, err = o.a.iam.CreateUser(ctx, &iam.CreateUserInput{UserName: &r.Bucket.UserName, Path: aws.String(s3iam.UserPath),
+				Tags: []iamtypes.Tag{{Key: aws.String(s3iam.OwnerTagKey), Value: &r.Bucket.Owner}}})
 			return false, err
 		case 2: // the call that deletes the other keys
-			_, err = o.a.iam.DeleteAccessKey(ctx, &iam.DeleteAccessKeyInput{UserName: &r.UserName, AccessKeyId: &r.AccessKeyID})
+			_, err = o.a.iam.DeleteAccessKey(ctx, &iam.DeleteAccessKeyInput{UserName: &r.Bucket.UserName, AccessKeyId: &r.Bucket.AccessKeyID})
 			return err == nil, err
 		}
 		return false, nil

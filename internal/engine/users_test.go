@@ -89,7 +89,7 @@ func TestBindAdoptsItsUnmarkedUserAfterCrash(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !rec.UserAttempted {
+			if !rec.Bucket.UserAttempted {
 				t.Fatalf("%s: the bind's first attempt is under way and the record has no userAttempted", tc.reason)
 			}
 			if owner, path := userMark(t, a.iam, user); owner != "" || path != "/" {
@@ -113,8 +113,8 @@ func TestBindAdoptsItsUnmarkedUserAfterCrash(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if rec.Phase != engine.PhaseDeleted || rec.UserAttempted || rec.AccessKeyID != "" || len(rec.SealedSecret) != 0 {
-					t.Fatalf("after the unbind the record is %s with userAttempted %v and key %q, want deleted, false and none", rec.Phase, rec.UserAttempted, rec.AccessKeyID)
+				if rec.Phase != engine.PhaseDeleted || rec.Bucket.UserAttempted || rec.Bucket.AccessKeyID != "" || len(rec.SealedSecret) != 0 {
+					t.Fatalf("after the unbind the record is %s with userAttempted %v and key %q, want deleted, false and none", rec.Phase, rec.Bucket.UserAttempted, rec.Bucket.AccessKeyID)
 				}
 				b.want(b.do("PUT", bind, bindBody(planStd, nil)), http.StatusCreated, "bind again on b")
 			} else if s := b.waitOp(bind, rec.Op.ID); s != "succeeded" {
@@ -205,7 +205,7 @@ func TestBindRefusesUnmarkedUserItNeverAttempted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rec.UserAttempted {
+			if rec.Bucket.UserAttempted {
 				t.Errorf("the refused binding's record has userAttempted set")
 			}
 			// The platform's orphan mitigation, then the same bind again.

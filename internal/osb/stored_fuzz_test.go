@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketbroker/bucketbroker/internal/bucket"
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
 	"github.com/bucketbroker/bucketbroker/internal/engine"
 	"github.com/bucketbroker/bucketbroker/internal/osb"
@@ -173,7 +174,11 @@ func storedBroker(t *testing.T, cat *catalog.Catalog, catJSON []byte, box *secre
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err = engine.New(engine.Options{Store: st, Driver: acceptingDriver{}, Catalog: cat, Box: box,
+	bb, err := bucket.New(bucket.Options{Driver: acceptingDriver{}, Catalog: cat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err = engine.New(engine.Options{Store: st, Backends: []engine.Backend{bb}, Catalog: cat, Box: box,
 		Logger: slog.New(slog.DiscardHandler), SyncTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -20,28 +20,31 @@ var errNoCredentials = errors.New("the binding exists upstream and its credentia
 // credentials, sealed, before anyone is given them. Once they are recorded
 // the upstream is never asked for them again.
 func (u *Upstream) Bind(ctx context.Context, w *engine.Work) error {
+	if w.Rec.Upstream == nil {
+		return w.Finish(ctx, errNoState)
+	}
 	rec := w.Rec
 	if len(rec.SealedSecret) > 0 {
 		return w.Finish(ctx, nil) // recorded before a crash
 	}
 	var creds json.RawMessage
-	if rec.UpstreamOp.OpID == rec.Op.ID {
+	if rec.Upstream.Op.OpID == rec.Op.ID {
 		c, err := u.bindPolled(ctx, w)
 		if err != nil {
 			return w.Fail(ctx, err)
 		}
 		creds = c
 	} else {
-		sent := rec.UpstreamAttempted
+		sent := rec.Upstream.Attempted
 		if !sent {
-			rec.UpstreamAttempted = true
+			rec.Upstream.Attempted = true
 			if err := w.Save(ctx); err != nil {
 				return err
 			}
 		}
 		c, err := u.createBinding(ctx, w, &sent)
 		if errors.Is(err, engine.ErrNotOurs) {
-			rec.UpstreamAttempted = false // an unbind must not delete it
+			rec.Upstream.Attempted = false // an unbind must not delete it
 		}
 		if err != nil {
 			return w.Fail(ctx, err)
@@ -54,7 +57,7 @@ func (u *Upstream) Bind(ctx context.Context, w *engine.Work) error {
 	if err := w.SealCredentials(creds); err != nil {
 		return w.Finish(ctx, err)
 	}
-	rec.UpstreamOp = engine.UpstreamOp{}
+	rec.Upstream.Op = engine.UpstreamOp{}
 	if err := w.Save(ctx); err != nil {
 		return err
 	}
@@ -109,7 +112,7 @@ func (u *Upstream) createBinding(ctx context.Context, w *engine.Work, sent *bool
 	if err != nil || accepted == nil {
 		return creds, err
 	}
-	rec.UpstreamOp = engine.UpstreamOp{OpID: rec.Op.ID, Operation: accepted.Operation}
+	rec.Upstream.Op = engine.UpstreamOp{OpID: rec.Op.ID, Operation: accepted.Operation}
 	if err := w.Save(ctx); err != nil {
 		return nil, err
 	}
@@ -179,11 +182,14 @@ func (u *Upstream) pollBinding(ctx context.Context, w *engine.Work) (pollEnd, st
 // Unbind deletes the binding upstream (410 is success); the engine then
 // forgets its credentials.
 func (u *Upstream) Unbind(ctx context.Context, w *engine.Work) error {
+	if w.Rec.Upstream == nil {
+		return w.Finish(ctx, errNoState)
+	}
 	rec := w.Rec
-	if !rec.UpstreamAttempted {
+	if !rec.Upstream.Attempted {
 		return w.Finish(ctx, nil) // nothing was ever sent upstream
 	}
-	if rec.UpstreamOp.OpID != rec.Op.ID {
+	if rec.Upstream.Op.OpID != rec.Op.ID {
 		resp, gone, err := u.delete(ctx, w, "unbind upstream", func(ctx context.Context, req osbclient.DeleteRequest) (*osbclient.DeleteResponse, error) {
 			return u.client.Unbind(ctx, rec.InstanceID, rec.ID, req)
 		})
@@ -191,23 +197,23 @@ func (u *Upstream) Unbind(ctx context.Context, w *engine.Work) error {
 			return w.Fail(ctx, err)
 		}
 		if !gone && resp.Async() {
-			rec.UpstreamOp = engine.UpstreamOp{OpID: rec.Op.ID, Operation: resp.Operation}
+			rec.Upstream.Op = engine.UpstreamOp{OpID: rec.Op.ID, Operation: resp.Operation}
 			if err := w.Save(ctx); err != nil {
 				return err
 			}
 		}
 	}
-	if rec.UpstreamOp.OpID == rec.Op.ID {
+	if rec.Upstream.Op.OpID == rec.Op.ID {
 		end, desc, err := u.pollBinding(ctx, w)
 		if err != nil {
 			return w.Fail(ctx, err)
 		}
 		if end == endFailed {
-			rec.UpstreamOp = engine.UpstreamOp{}
+			rec.Upstream.Op = engine.UpstreamOp{}
 			return w.Finish(ctx, fmt.Errorf("the upstream's unbind failed: %s", desc))
 		}
 	}
 	crashpoint.Hit(crashpoint.UnbindUpstreamDeleted)
-	rec.UpstreamOp, rec.UpstreamAttempted = engine.UpstreamOp{}, false
+	rec.Upstream.Op, rec.Upstream.Attempted = engine.UpstreamOp{}, false
 	return w.Finish(ctx, nil)
 }

@@ -8,11 +8,11 @@
 //
 //   - The upstream ids are the platform's ids. Before the first request
 //     that creates an instance or a binding upstream, the record says so
-//     (Record.UpstreamAttempted), durably.
+//     (Record.Upstream.Attempted), durably.
 //   - Every request carries accepts_incomplete=true, the service and plan
 //     ids, context, parameters, maintenance_info and the originating
 //     identity as the platform sent it. A 202 is recorded
-//     (Record.UpstreamOp) before it is polled, and the poll relays the
+//     (Record.Upstream.Op) before it is polled, and the poll relays the
 //     upstream's description to bucketbroker's own operation.
 //   - With the attempt recorded, a create that gets no answer, a 5xx, a 409
 //     or ConcurrencyError is not trusted either way: the backend looks and

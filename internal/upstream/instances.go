@@ -39,7 +39,7 @@ type created struct {
 // attempt is what a provision's create step knows across its tries.
 type attempt struct {
 	// sent: a create of the id may have reached the upstream (this
-	// operation's or, with Record.UpstreamAttempted, an earlier one's).
+	// operation's or, with Record.Upstream.Attempted, an earlier one's).
 	sent bool
 	// seen: a look found the instance without telling whether it is live
 	// (last_operation's "failed" where GET cannot decide): it may hold
@@ -51,16 +51,19 @@ type attempt struct {
 // package doc for the duplicate answers), then polls an asynchronous
 // creation to its end.
 func (u *Upstream) Provision(ctx context.Context, w *engine.Work) error {
+	if w.Rec.Upstream == nil {
+		return w.Finish(ctx, errNoState)
+	}
 	rec := w.Rec
-	if rec.UpstreamOp.OpID == rec.Op.ID {
+	if rec.Upstream.Op.OpID == rec.Op.ID {
 		return u.provisionPolled(ctx, w)
 	}
 	if rec.Op.Sent == nil {
 		return w.Finish(ctx, errors.New("provision without the platform's request (the record's operation has no sent part)"))
 	}
-	a := attempt{sent: rec.UpstreamAttempted}
+	a := attempt{sent: rec.Upstream.Attempted}
 	if !a.sent {
-		rec.UpstreamAttempted = true
+		rec.Upstream.Attempted = true
 		if err := w.Save(ctx); err != nil {
 			return err
 		}
@@ -74,7 +77,7 @@ func (u *Upstream) Provision(ctx context.Context, w *engine.Work) error {
 		rec.DashboardURL = c.dashboard
 	}
 	if c.async || c.state == osbclient.StateInProgress {
-		rec.UpstreamOp = engine.UpstreamOp{OpID: rec.Op.ID, Operation: c.op}
+		rec.Upstream.Op = engine.UpstreamOp{OpID: rec.Op.ID, Operation: c.op}
 		if err := w.Save(ctx); err != nil {
 			return err
 		}
@@ -93,12 +96,12 @@ func (u *Upstream) Provision(ctx context.Context, w *engine.Work) error {
 // the upstream no longer knows (deleted meanwhile) is made again.
 func (u *Upstream) provisionPolled(ctx context.Context, w *engine.Work) error {
 	rec := w.Rec
-	own := rec.UpstreamOp.Operation != "" // polled by the operation its 202 named
+	own := rec.Upstream.Op.Operation != "" // polled by the operation its 202 named
 	end, desc, err := u.pollInstance(ctx, w)
 	if err != nil {
 		return w.Fail(ctx, err)
 	}
-	rec.UpstreamOp = engine.UpstreamOp{}
+	rec.Upstream.Op = engine.UpstreamOp{}
 	switch end {
 	case endSucceeded:
 		u.fetchDashboard(ctx, w) // an adopted creation's 202 was not ours to read
@@ -217,7 +220,7 @@ func server(err error) bool {
 func (u *Upstream) createGaveUp(ctx context.Context, w *engine.Work, err error, a attempt) error {
 	if errors.Is(err, engine.ErrNotOurs) {
 		// Nothing upstream is ours: a deprovision must not delete it.
-		w.Rec.UpstreamAttempted = false
+		w.Rec.Upstream.Attempted = false
 		return w.Fail(ctx, err)
 	}
 	if w.Interrupted(ctx, err) || errors.Is(err, engine.ErrRefused) || a.seen {
@@ -321,7 +324,7 @@ func (u *Upstream) poll(ctx context.Context, w *engine.Work, lastOp func(context
 		err := u.step(ctx, w, "poll "+what, func(ctx context.Context) error {
 			var err error
 			lo, err = lastOp(ctx, osbclient.PollRequest{
-				ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID, Operation: rec.UpstreamOp.Operation})
+				ServiceID: rec.Request.ServiceID, PlanID: rec.Request.PlanID, Operation: rec.Upstream.Op.Operation})
 			if gone = osbclient.IsStatus(err, http.StatusGone); gone {
 				return nil
 			}
@@ -382,12 +385,15 @@ func ended(lo *osbclient.LastOperation, gone bool) (pollEnd, string, bool) {
 
 // Update changes the instance's plan or parameters upstream.
 func (u *Upstream) Update(ctx context.Context, w *engine.Work) error {
+	if w.Rec.Upstream == nil {
+		return w.Finish(ctx, errNoState)
+	}
 	rec := w.Rec
 	t, sent := rec.Op.Target, rec.Op.Sent
 	if t == nil || sent == nil {
 		return w.Finish(ctx, errors.New("update without a target or without the platform's request"))
 	}
-	if rec.UpstreamOp.OpID != rec.Op.ID {
+	if rec.Upstream.Op.OpID != rec.Op.ID {
 		// What the platform sent, not the merge.
 		req := osbclient.UpdateRequest{
 			Call:      osbclient.Call{AcceptsIncomplete: true, Identity: w.Identity()},
@@ -416,7 +422,7 @@ func (u *Upstream) Update(ctx context.Context, w *engine.Work) error {
 		if !resp.Async() {
 			return w.Finish(ctx, nil)
 		}
-		rec.UpstreamOp = engine.UpstreamOp{OpID: rec.Op.ID, Operation: resp.Operation}
+		rec.Upstream.Op = engine.UpstreamOp{OpID: rec.Op.ID, Operation: resp.Operation}
 		if err := w.Save(ctx); err != nil {
 			return err
 		}
@@ -425,7 +431,7 @@ func (u *Upstream) Update(ctx context.Context, w *engine.Work) error {
 	if err != nil {
 		return w.Fail(ctx, err)
 	}
-	rec.UpstreamOp = engine.UpstreamOp{}
+	rec.Upstream.Op = engine.UpstreamOp{}
 	switch end {
 	case endSucceeded:
 		return w.Finish(ctx, nil)
@@ -438,10 +444,13 @@ func (u *Upstream) Update(ctx context.Context, w *engine.Work) error {
 // Deprovision unbinds every binding of the instance (each through its own
 // worker, so upstream first), then deletes the instance upstream.
 func (u *Upstream) Deprovision(ctx context.Context, w *engine.Work) error {
+	if w.Rec.Upstream == nil {
+		return w.Finish(ctx, errNoState)
+	}
 	if err := w.RevokeBindings(ctx); err != nil {
 		return w.Fail(ctx, err)
 	}
-	if !w.Rec.UpstreamAttempted {
+	if !w.Rec.Upstream.Attempted {
 		return w.Finish(ctx, nil) // nothing was ever sent upstream
 	}
 	if err := u.deleteInstance(ctx, w); err != nil {
@@ -454,7 +463,7 @@ func (u *Upstream) Deprovision(ctx context.Context, w *engine.Work) error {
 // to end (410 is success), then records that nothing of ours is left.
 func (u *Upstream) deleteInstance(ctx context.Context, w *engine.Work) error {
 	rec := w.Rec
-	if rec.UpstreamOp.OpID != rec.Op.ID || rec.Op.Type == engine.OpProvision {
+	if rec.Upstream.Op.OpID != rec.Op.ID || rec.Op.Type == engine.OpProvision {
 		resp, gone, err := u.delete(ctx, w, "deprovision upstream", func(ctx context.Context, req osbclient.DeleteRequest) (*osbclient.DeleteResponse, error) {
 			return u.client.Deprovision(ctx, rec.ID, req)
 		})
@@ -464,7 +473,7 @@ func (u *Upstream) deleteInstance(ctx context.Context, w *engine.Work) error {
 		if gone || !resp.Async() {
 			return u.deleted(ctx, w)
 		}
-		rec.UpstreamOp = engine.UpstreamOp{OpID: rec.Op.ID, Operation: resp.Operation}
+		rec.Upstream.Op = engine.UpstreamOp{OpID: rec.Op.ID, Operation: resp.Operation}
 		// A provision that deletes its failed creation keeps the
 		// deletion's operation to itself: after a crash it polls the
 		// creation again, and meets the deletion or nothing.
@@ -479,7 +488,7 @@ func (u *Upstream) deleteInstance(ctx context.Context, w *engine.Work) error {
 		return err
 	}
 	if end == endFailed {
-		rec.UpstreamOp = engine.UpstreamOp{}
+		rec.Upstream.Op = engine.UpstreamOp{}
 		return fmt.Errorf("%w: the upstream's deprovision failed: %s", engine.ErrRefused, desc)
 	}
 	return u.deleted(ctx, w)
@@ -488,8 +497,8 @@ func (u *Upstream) deleteInstance(ctx context.Context, w *engine.Work) error {
 // deleted records that the upstream has deleted the instance.
 func (u *Upstream) deleted(ctx context.Context, w *engine.Work) error {
 	crashpoint.Hit(crashpoint.DeprovisionUpstreamDeleted)
-	w.Rec.UpstreamOp = engine.UpstreamOp{}
-	w.Rec.UpstreamAttempted = w.Rec.Op.Type == engine.OpProvision // a provision creates it again next
+	w.Rec.Upstream.Op = engine.UpstreamOp{}
+	w.Rec.Upstream.Attempted = w.Rec.Op.Type == engine.OpProvision // a provision creates it again next
 	return w.Save(ctx)
 }
 

@@ -37,7 +37,7 @@ type Config struct {
 // the service or plan filter names.
 var ErrFilter = errors.New("catalog does not fit the filter")
 
-// Upstream is the engine.Backend (an engine.Upstream) of one upstream
+// Upstream is the engine.Backend of one upstream
 // broker. Call FetchCatalog before handing it to the engine.
 type Upstream struct {
 	cfg      Config

@@ -93,7 +93,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if o.syncTimeout == 0 {
 		o.syncTimeout = 30 * time.Second
 	}
-	eng, err := engine.New(engine.Options{Store: st, Catalog: cat, Box: box, Upstreams: []engine.Upstream{up},
+	eng, err := engine.New(engine.Options{Store: st, Catalog: cat, Box: box, Backends: []engine.Backend{up},
 		Logger:      slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		SyncTimeout: o.syncTimeout, AsyncTimeout: 60 * time.Second, LeaseTTL: 20 * time.Second})
 	if err != nil {

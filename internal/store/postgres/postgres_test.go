@@ -245,20 +245,18 @@ func TestMigrateFillsResourceName(t *testing.T) {
 	admin(t, dsn, `CREATE TABLE schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL)`)
 	admin(t, dsn, migrations[0])
 	admin(t, dsn, `INSERT INTO schema_migrations VALUES (1, now())`)
-	rows := []*engine.Record{
-		{Kind: engine.KindInstance, ID: "i1", Bucket: "bb-b", Phase: engine.PhaseReady},
-		{Kind: engine.KindInstance, ID: "i2", Bucket: "bb-B", Phase: engine.PhaseReady}, // "B" < "b" bytewise, not in a locale
-		{Kind: engine.KindInstance, ID: "i3", Upstream: "db", Phase: engine.PhaseReady},
-		{Kind: engine.KindBinding, ID: "b1", InstanceID: "i1", Bucket: "bb-b", UserName: "bb-z", Phase: engine.PhaseReady},
-		{Kind: engine.KindBinding, ID: "b2", InstanceID: "i2", Bucket: "bb-B", UserName: "bb-y", Phase: engine.PhaseReady},
+	// The records as versions at schema 1 wrote them: the bucket and the
+	// user's name at the top level.
+	rows := []struct{ kind, id, instanceID, data string }{
+		{"instance", "i1", "", `{"kind":"instance","id":"i1","bucket":"bb-b","phase":"ready"}`},
+		{"instance", "i2", "", `{"kind":"instance","id":"i2","bucket":"bb-B","phase":"ready"}`}, // "B" < "b" bytewise, not in a locale
+		{"instance", "i3", "", `{"kind":"instance","id":"i3","upstream":"db","phase":"ready"}`},
+		{"binding", "b1", "i1", `{"kind":"binding","id":"b1","instanceId":"i1","bucket":"bb-b","userName":"bb-z","phase":"ready"}`},
+		{"binding", "b2", "i2", `{"kind":"binding","id":"b2","instanceId":"i2","bucket":"bb-B","userName":"bb-y","phase":"ready"}`},
 	}
 	for _, r := range rows {
-		data, err := store.Encode(r)
-		if err != nil {
-			t.Fatal(err)
-		}
 		admin(t, dsn, `INSERT INTO records VALUES ($1, $2, $3, 'ready', 'succeeded', 1, now(), now(), $4)`,
-			string(r.Kind), r.ID, r.InstanceID, string(data))
+			r.kind, r.id, r.instanceID, r.data)
 	}
 	admin(t, dsn, `INSERT INTO records VALUES ('instance', 'bad', '', 'ready', 'succeeded', 1, now(), now(), '[1]')`)
 	s := open(t, dsn)

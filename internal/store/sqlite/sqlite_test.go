@@ -185,20 +185,18 @@ func TestMigrateFillsResourceName(t *testing.T) {
 			t.Fatalf("schema 1: %v", err)
 		}
 	}
-	rows := []*engine.Record{
-		{Kind: engine.KindInstance, ID: "i1", Bucket: "bb-b", Phase: engine.PhaseReady},
-		{Kind: engine.KindInstance, ID: "i2", Bucket: "bb-a", Phase: engine.PhaseReady},
-		{Kind: engine.KindInstance, ID: "i3", Upstream: "db", Phase: engine.PhaseReady},
-		{Kind: engine.KindBinding, ID: "b1", InstanceID: "i1", Bucket: "bb-b", UserName: "bb-z", Phase: engine.PhaseReady},
-		{Kind: engine.KindBinding, ID: "b2", InstanceID: "i2", Bucket: "bb-a", UserName: "bb-y", Phase: engine.PhaseReady},
+	// The records as versions at schema 1 wrote them: the bucket and the
+	// user's name at the top level.
+	rows := []struct{ kind, id, instanceID, data string }{
+		{"instance", "i1", "", `{"kind":"instance","id":"i1","bucket":"bb-b","phase":"ready"}`},
+		{"instance", "i2", "", `{"kind":"instance","id":"i2","bucket":"bb-a","phase":"ready"}`},
+		{"instance", "i3", "", `{"kind":"instance","id":"i3","upstream":"db","phase":"ready"}`},
+		{"binding", "b1", "i1", `{"kind":"binding","id":"b1","instanceId":"i1","bucket":"bb-b","userName":"bb-z","phase":"ready"}`},
+		{"binding", "b2", "i2", `{"kind":"binding","id":"b2","instanceId":"i2","bucket":"bb-a","userName":"bb-y","phase":"ready"}`},
 	}
 	for _, r := range rows {
-		data, err := store.Encode(r)
-		if err != nil {
-			t.Fatal(err)
-		}
 		if _, err := db.ExecContext(ctx, `INSERT INTO records VALUES (?, ?, ?, 'ready', 'succeeded', 1, 'then', 'then', ?)`,
-			r.Kind, r.ID, r.InstanceID, string(data)); err != nil {
+			r.kind, r.id, r.instanceID, r.data); err != nil {
 			t.Fatal(err)
 		}
 	}

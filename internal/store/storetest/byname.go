@@ -15,9 +15,9 @@ import (
 func named(kind engine.Kind, id, name string) *engine.Record {
 	r := record(kind, id, "", engine.OpSucceeded)
 	if kind == engine.KindBinding {
-		r.UserName, r.Bucket = name, "zz-bucket-of-"+id
+		r.Bucket = &engine.BucketState{UserName: name, Bucket: "zz-bucket-of-" + id}
 	} else {
-		r.Bucket = name
+		r.Bucket = &engine.BucketState{Bucket: name}
 	}
 	return r
 }
@@ -44,7 +44,7 @@ func testListByName(t *testing.T, s engine.Store) {
 		bindings = append(bindings, named(engine.KindBinding, "b-"+id, "u-"+name))
 	}
 	up := record(engine.KindInstance, "up", "", engine.OpSucceeded)
-	up.Upstream = "db"
+	up.Backend, up.Upstream = "db", &engine.UpstreamState{}
 	instances = append(instances, up)
 	for _, r := range slices.Concat(instances, bindings) {
 		mustInsert(t, s, r)
@@ -72,7 +72,7 @@ func testListByName(t *testing.T, s engine.Store) {
 	// Update writes the name: a record moves to its new name's place,
 	// and pages after a cursor follow it.
 	r := mustGet(t, s, engine.KindInstance, "up")
-	r.Upstream, r.Bucket = "", "b1"
+	r.Backend, r.Upstream, r.Bucket = "bucket", nil, &engine.BucketState{Bucket: "b1"}
 	if err := s.Update(ctx(t), r); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func testListByName(t *testing.T, s engine.Store) {
 	}
 	all := byName(instances)
 	if diff := gocmp.Diff(all[slices.Index(all, "instance/up")+1:], keys(after)); diff != "" {
-		t.Errorf("instances by name after %q (-want +got):\n%s", r.Bucket, diff)
+		t.Errorf("instances by name after %q (-want +got):\n%s", r.Bucket.Bucket, diff)
 	}
 
 	if got, err := s.List(ctx(t), engine.ListOptions{ByName: true}); err == nil {

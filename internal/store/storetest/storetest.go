@@ -161,14 +161,19 @@ func fullRecord(kind engine.Kind, id string) *engine.Record {
 				Parameters: json.RawMessage(`{"quota":"10Gi"}`),
 			},
 		},
-		Bucket:          "bb-2f1c0a9e",
-		Owner:           "bucketbroker/binding/" + id,
-		BucketAttempted: true,
-		UserName:        "bb-u-7d3e",
-		Access:          "read-write",
-		AccessKeyID:     "AKIAEXAMPLE0001",
-		SealedSecret:    []byte{0x00, 0x01, 0x7f, 0x80, 0xfe, 0xff, '"', '\\'},
-		CreatedAt:       started.Add(-time.Minute),
+		Backend: "bucket",
+		Bucket: &engine.BucketState{
+			Bucket:          "bb-2f1c0a9e",
+			Owner:           "bucketbroker/binding/" + id,
+			BucketAttempted: true,
+			UserName:        "bb-u-7d3e",
+			Access:          "read-write",
+			AccessKeyID:     "AKIAEXAMPLE0001",
+		},
+		Upstream:     &engine.UpstreamState{Attempted: true, Op: engine.UpstreamOp{OpID: "op-7", Operation: "task-9"}},
+		DashboardURL: "https://dashboard.example/" + id,
+		SealedSecret: []byte{0x00, 0x01, 0x7f, 0x80, 0xfe, 0xff, '"', '\\'},
+		CreatedAt:    started.Add(-time.Minute),
 	}
 }
 
@@ -388,7 +393,7 @@ func testUpdateStale(t *testing.T, s engine.Store) {
 			r := b.Clone()
 			r.Version = tc.version
 			r.Phase = engine.PhaseFailed
-			r.AccessKeyID = "AKIASTALE"
+			r.Bucket.AccessKeyID = "AKIASTALE"
 			stale := r.Clone()
 			err := s.Update(ctx(t), r)
 			if !errors.Is(err, engine.ErrStale) {
@@ -550,9 +555,9 @@ func testListFollowsUpdates(t *testing.T, s engine.Store) {
 
 func testKindsAreNamespaces(t *testing.T, s engine.Store) {
 	inst := fullRecord(engine.KindInstance, "x")
-	inst.Bucket = "instance-bucket"
+	inst.Bucket.Bucket = "instance-bucket"
 	bind := fullRecord(engine.KindBinding, "x")
-	bind.Bucket = "binding-bucket"
+	bind.Bucket.Bucket = "binding-bucket"
 	mustInsert(t, s, inst)
 	mustInsert(t, s, bind)
 
