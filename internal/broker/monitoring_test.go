@@ -20,16 +20,25 @@ import (
 	"github.com/bucketbroker/bucketbroker/test/illbroker"
 )
 
+// chartFiles is the chart's files/, absolute: found before any test runs,
+// since the embedded server changes the working directory.
+var chartFiles = func() string {
+	p, err := filepath.Abs("../../charts/bucketbroker/files")
+	if err != nil {
+		return ""
+	}
+	return p
+}()
+
 // TestMonitoringNamesExportedMetrics: every metric the chart's alert rules
 // (charts/bucketbroker/files/alerts.yaml) and Grafana dashboard
 // (files/dashboard.json) query is one a broker exports, counted from the
 // registry of a broker serving the bucket service and an upstream, so
 // that vectors with no sample yet count too.
 func TestMonitoringNamesExportedMetrics(t *testing.T) {
-	// Absolute: the embedded server changes the working directory.
-	chart, err := filepath.Abs("../../charts/bucketbroker/files")
-	if err != nil {
-		t.Fatal(err)
+	chart := chartFiles
+	if chart == "" {
+		t.Fatal("the chart's files/ could not be found")
 	}
 	ctx := context.Background()
 	ill := httptest.NewServer(illbroker.New(illbroker.Config{Username: "u", Password: "p"}))
