@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bucketbroker/bucketbroker/internal/audit"
-	"github.com/bucketbroker/bucketbroker/internal/backend"
+	"github.com/bucketbroker/bucketbroker/internal/storage"
 	"github.com/bucketbroker/bucketbroker/internal/broker"
 	"github.com/bucketbroker/bucketbroker/internal/engine"
 	"github.com/bucketbroker/bucketbroker/internal/s3gateway"
@@ -91,7 +91,7 @@ never emptied.`,
 var exitDrift = func() { os.Exit(2) }
 
 type auditOptions struct {
-	cfg      backend.Config
+	cfg      storage.Config
 	store    string
 	output   string
 	fix, yes bool
@@ -211,7 +211,7 @@ func runAudit(cmd *cobra.Command, o auditOptions) (drift bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if o.ups.bucketService && (o.cfg.Driver == backend.DriverEmbedded || o.cfg.Driver == "") {
+	if o.ups.bucketService && (o.cfg.Driver == storage.DriverEmbedded || o.cfg.Driver == "") {
 		if err := embeddedDataExists(o.cfg); err != nil {
 			return false, err
 		}
@@ -242,7 +242,7 @@ func runAudit(cmd *cobra.Command, o auditOptions) (drift bool, err error) {
 // auditBackend is the audit's driver and the backend that serves it.
 type auditBackend struct {
 	audit.Driver
-	be *backend.Backend
+	be *storage.Storage
 }
 
 var _ driver.PagedAuditable = auditBackend{}
@@ -255,12 +255,12 @@ func (b auditBackend) InventoryPages(ctx context.Context, namePrefix string, pag
 }
 
 // startAuditBackend starts the storage backend an audit compares.
-func startAuditBackend(ctx context.Context, cfg backend.Config) (auditBackend, error) {
-	var be *backend.Backend
+func startAuditBackend(ctx context.Context, cfg storage.Config) (auditBackend, error) {
+	var be *storage.Storage
 	// versitygw prints its start-up lines to standard output, where they
 	// would spoil --output json.
 	err := withStdoutOnStderr(func() (err error) {
-		be, err = backend.Start(ctx, cfg)
+		be, err = storage.Start(ctx, cfg)
 		return err
 	})
 	if errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, s3gateway.ErrDataDirInUse) {
@@ -326,7 +326,7 @@ func auditReport(ctx context.Context, cmd *cobra.Command, o auditOptions, opts a
 // embeddedDataExists refuses to audit a data dir that holds no embedded
 // server: starting one would create an empty server (and new root keys)
 // and report every record's resources missing.
-func embeddedDataExists(cfg backend.Config) error {
+func embeddedDataExists(cfg storage.Config) error {
 	need := []string{filepath.Join(cfg.DataDir, "s3")}
 	if cfg.RootAccessKey == "" {
 		need = append(need, filepath.Join(cfg.DataDir, "s3-root-credentials.json"))

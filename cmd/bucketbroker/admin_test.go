@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/bucketbroker/bucketbroker/internal/audit"
-	"github.com/bucketbroker/bucketbroker/internal/backend"
+	"github.com/bucketbroker/bucketbroker/internal/storage"
 	"github.com/bucketbroker/bucketbroker/internal/broker"
 	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
 	"github.com/bucketbroker/bucketbroker/internal/engine"
@@ -44,7 +44,7 @@ func runAuditCmd(t *testing.T, stdin string, args ...string) (stdout, stderr str
 func TestAdminAudit(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	b, err := broker.Start(ctx, broker.Config{Listen: "127.0.0.1:0", Config: backend.Config{DataDir: dir, S3Listen: "127.0.0.1:0", IAMListen: "127.0.0.1:0"}})
+	b, err := broker.Start(ctx, broker.Config{Listen: "127.0.0.1:0", Config: storage.Config{DataDir: dir, S3Listen: "127.0.0.1:0", IAMListen: "127.0.0.1:0"}})
 	if err != nil {
 		t.Fatal(err)
 	}

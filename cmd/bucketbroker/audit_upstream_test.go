@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/bucketbroker/bucketbroker/internal/audit"
-	"github.com/bucketbroker/bucketbroker/internal/backend"
+	"github.com/bucketbroker/bucketbroker/internal/storage"
 	"github.com/bucketbroker/bucketbroker/internal/broker"
 	"github.com/bucketbroker/bucketbroker/internal/engine"
 	"github.com/bucketbroker/bucketbroker/internal/osbclient"
@@ -31,7 +31,7 @@ func TestAdminAuditOfAnUpstream(t *testing.T) {
 	ib := harness.StartIllBroker(t, bin)
 	ctx := context.Background()
 	dir := t.TempDir()
-	b, err := broker.Start(ctx, broker.Config{Listen: "127.0.0.1:0", NoBucketService: true, Config: backend.Config{DataDir: dir},
+	b, err := broker.Start(ctx, broker.Config{Listen: "127.0.0.1:0", NoBucketService: true, Config: storage.Config{DataDir: dir},
 		Upstreams: []upstream.Config{{Name: "ill", Client: osbclient.Config{URL: ib.URL(), Username: harness.IllUser, Password: harness.IllPass}}}})
 	if err != nil {
 		t.Fatal(err)

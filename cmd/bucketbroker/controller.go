@@ -23,7 +23,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/bucketbroker/bucketbroker/internal/backend"
+	"github.com/bucketbroker/bucketbroker/internal/storage"
 	"github.com/bucketbroker/bucketbroker/internal/buildinfo"
 	"github.com/bucketbroker/bucketbroker/pkg/provisioner"
 )
@@ -38,7 +38,7 @@ type controllerOptions struct {
 	pprofListen      string
 	maxConcurrent    int
 	subRegion        string
-	storage          backend.Config
+	storage          storage.Config
 	log              logOptions
 }
 
@@ -128,7 +128,7 @@ func runController(cmd *cobra.Command, o controllerOptions) error {
 		return err
 	}
 	defer stopPprof(prof, log)
-	be, err := backend.Start(ctx, o.storage)
+	be, err := storage.Start(ctx, o.storage)
 	if err != nil {
 		return err
 	}

@@ -12,8 +12,8 @@
 //	bucketbroker version                 print the version, commit and Go version
 //
 // The storage flags (flags.go) are declared once for every command that
-// builds a backend (serve, controller, admin audit), and backend.Start
-// (internal/backend) builds it from them. --pprof-listen (serve,
+// builds a backend (serve, controller, admin audit), and storage.Start
+// (internal/storage) builds it from them. --pprof-listen (serve,
 // controller, admin audit) serves net/http/pprof on a server of its own,
 // off by default.
 //

@@ -7,14 +7,14 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/bucketbroker/bucketbroker/internal/backend"
+	"github.com/bucketbroker/bucketbroker/internal/storage"
 	"github.com/bucketbroker/bucketbroker/internal/s3gateway"
 )
 
 // The storage flags are declared here, once, for every command that builds
 // a backend (serve, controller, admin audit): each of them names the same
 // setting, so it has one name, one default and one help text everywhere.
-// backend.Start is the one place that builds the backend from them, for
+// storage.Start is the one place that builds the backend from them, for
 // serve through broker.Start.
 
 // storageFlagSet says which optional storage flags a command takes.
@@ -25,9 +25,9 @@ type storageFlagSet struct {
 }
 
 // bindStorageFlags declares the storage flags on cmd, writing into cfg.
-func bindStorageFlags(f *pflag.FlagSet, cfg *backend.Config, set storageFlagSet) {
+func bindStorageFlags(f *pflag.FlagSet, cfg *storage.Config, set storageFlagSet) {
 	bindDataDirFlag(f, &cfg.DataDir)
-	f.StringVar(&cfg.Driver, "driver", backend.DriverEmbedded, "storage driver: embedded (in-process S3 + IAM server on --data-dir) or s3iam (any external S3 + IAM API endpoint, a running serve's included)")
+	f.StringVar(&cfg.Driver, "driver", storage.DriverEmbedded, "storage driver: embedded (in-process S3 + IAM server on --data-dir) or s3iam (any external S3 + IAM API endpoint, a running serve's included)")
 	f.StringVar(&cfg.S3Listen, "s3-listen", "127.0.0.1:9000", "embedded driver: address of the S3 API")
 	f.StringVar(&cfg.IAMListen, "iam-listen", "127.0.0.1:9001", "embedded driver: address of the IAM API")
 	f.IntVar(&cfg.S3MaxConnections, "s3-max-connections", s3gateway.DefaultS3MaxConnections, "embedded driver: connections the S3 API serves at once; beyond, 503 (a request header must arrive within 10s, its body within 30s + 1s per 64 KiB)")
@@ -45,9 +45,9 @@ func bindStorageFlags(f *pflag.FlagSet, cfg *backend.Config, set storageFlagSet)
 // storageFromEnv reads the backend's root keys from the environment (never
 // from flags: flags show in process listings), and refuses the s3iam
 // driver without them.
-func storageFromEnv(cfg *backend.Config) error {
+func storageFromEnv(cfg *storage.Config) error {
 	cfg.RootAccessKey, cfg.RootSecretKey = os.Getenv("BUCKETBROKER_S3_ROOT_ACCESS_KEY"), os.Getenv("BUCKETBROKER_S3_ROOT_SECRET_KEY")
-	if cfg.Driver == backend.DriverS3IAM && (cfg.RootAccessKey == "" || cfg.RootSecretKey == "") {
+	if cfg.Driver == storage.DriverS3IAM && (cfg.RootAccessKey == "" || cfg.RootSecretKey == "") {
 		return fmt.Errorf("--driver s3iam needs BUCKETBROKER_S3_ROOT_ACCESS_KEY and BUCKETBROKER_S3_ROOT_SECRET_KEY in the environment")
 	}
 	return nil

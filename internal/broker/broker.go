@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/bucketbroker/bucketbroker/internal/backend"
+	"github.com/bucketbroker/bucketbroker/internal/storage"
 	"github.com/bucketbroker/bucketbroker/internal/bucket"
 	"github.com/bucketbroker/bucketbroker/internal/buildinfo"
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
@@ -38,8 +38,8 @@ import (
 
 // Drivers bucketbroker can use (see package backend).
 const (
-	DriverEmbedded = backend.DriverEmbedded
-	DriverS3IAM    = backend.DriverS3IAM
+	DriverEmbedded = storage.DriverEmbedded
+	DriverS3IAM    = storage.DriverS3IAM
 )
 
 // Config is everything `bucketbroker serve` needs.
@@ -48,7 +48,7 @@ type Config struct {
 	// name prefix, logger), which package backend starts. Its DataDir also
 	// holds the state file, the encryption key, the generated OSB API
 	// password and the replica id.
-	backend.Config
+	storage.Config
 
 	// Listen is the OSB API address.
 	Listen string
@@ -103,7 +103,7 @@ type Broker struct {
 	cfg      Config
 	log      *slog.Logger
 	store    Store
-	backend  *backend.Backend
+	backend  *storage.Storage
 	upstream []*upstream.Upstream
 	engine   *engine.Engine
 	server   *http.Server
@@ -171,7 +171,7 @@ func (b *Broker) startBackend(ctx context.Context, cfg Config) (driver.Driver, b
 	if cfg.NoBucketService {
 		return nil, bucket.Endpoint{}, nil
 	}
-	be, err := backend.Start(ctx, cfg.Config)
+	be, err := storage.Start(ctx, cfg.Config)
 	if err != nil {
 		return nil, bucket.Endpoint{}, err
 	}

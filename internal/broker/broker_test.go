@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bucketbroker/bucketbroker/internal/backend"
+	"github.com/bucketbroker/bucketbroker/internal/storage"
 	"github.com/bucketbroker/bucketbroker/internal/store"
 )
 
@@ -37,13 +37,13 @@ func TestStartFailsClearly(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		"unreachable backend": {Config{Config: backend.Config{Driver: DriverS3IAM, S3Endpoint: "http://" + closedPort(t), IAMEndpoint: "http://" + closedPort(t),
+		"unreachable backend": {Config{Config: storage.Config{Driver: DriverS3IAM, S3Endpoint: "http://" + closedPort(t), IAMEndpoint: "http://" + closedPort(t),
 			RootAccessKey: "a", RootSecretKey: "b", PathStyle: true}}, "storage backend check failed"},
 		"bad catalog":       {Config{CatalogFile: badCatalog}, "no services"},
-		"unknown driver":    {Config{Config: backend.Config{Driver: "ceph-magic"}}, `unknown driver "ceph-magic"`},
+		"unknown driver":    {Config{Config: storage.Config{Driver: "ceph-magic"}}, `unknown driver "ceph-magic"`},
 		"TLS key alone":     {Config{TLSKeyFile: "tls.key"}, "TLS needs both"},
 		"TLS files missing": {Config{TLSCertFile: "/nonexistent/tls.crt", TLSKeyFile: "/nonexistent/tls.key"}, "/nonexistent/tls.crt"},
-		"bad prefix":        {Config{Config: backend.Config{Prefix: "UPPER", Driver: DriverS3IAM, S3Endpoint: "http://" + closedPort(t), IAMEndpoint: "http://" + closedPort(t), RootAccessKey: "a", RootSecretKey: "b"}}, ""},
+		"bad prefix":        {Config{Config: storage.Config{Prefix: "UPPER", Driver: DriverS3IAM, S3Endpoint: "http://" + closedPort(t), IAMEndpoint: "http://" + closedPort(t), RootAccessKey: "a", RootSecretKey: "b"}}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			tc.cfg.DataDir, tc.cfg.Listen = t.TempDir(), "127.0.0.1:0"
@@ -62,7 +62,7 @@ func TestStartFailsClearly(t *testing.T) {
 func TestServeEmbedded(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	b, err := Start(ctx, Config{Listen: "127.0.0.1:0", Config: backend.Config{DataDir: dir, S3Listen: "127.0.0.1:0", IAMListen: "127.0.0.1:0"}})
+	b, err := Start(ctx, Config{Listen: "127.0.0.1:0", Config: storage.Config{DataDir: dir, S3Listen: "127.0.0.1:0", IAMListen: "127.0.0.1:0"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/yaml"
 
-	"github.com/bucketbroker/bucketbroker/internal/backend"
+	"github.com/bucketbroker/bucketbroker/internal/storage"
 	"github.com/bucketbroker/bucketbroker/internal/osbclient"
 	"github.com/bucketbroker/bucketbroker/internal/upstream"
 	"github.com/bucketbroker/bucketbroker/test/illbroker"
@@ -43,7 +43,7 @@ func TestMonitoringNamesExportedMetrics(t *testing.T) {
 	ctx := context.Background()
 	ill := httptest.NewServer(illbroker.New(illbroker.Config{Username: "u", Password: "p"}))
 	defer ill.Close()
-	b, err := Start(ctx, Config{Listen: "127.0.0.1:0", Config: backend.Config{DataDir: t.TempDir(), S3Listen: "127.0.0.1:0", IAMListen: "127.0.0.1:0"},
+	b, err := Start(ctx, Config{Listen: "127.0.0.1:0", Config: storage.Config{DataDir: t.TempDir(), S3Listen: "127.0.0.1:0", IAMListen: "127.0.0.1:0"},
 		Upstreams: []upstream.Config{{Name: "ill", Client: osbclient.Config{URL: ill.URL, Username: "u", Password: "p"}}}})
 	if err != nil {
 		t.Fatal(err)

@@ -420,7 +420,7 @@ func dataDirUse(tb testing.TB, dir string) map[string]diskUse {
 		if err != nil || rel == "." {
 			return err
 		}
-		// The embedded server's part (DataDir/s3, see internal/backend) by
+		// The embedded server's part (DataDir/s3, see internal/storage) by
 		// its own top-level folders: objects, versions, iam, run.
 		top, rest, _ := strings.Cut(rel, string(filepath.Separator))
 		if top == "s3" && rest != "" {

@@ -1,4 +1,4 @@
-package backend
+package storage
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-func stop(t *testing.T, b *Backend) {
+func stop(t *testing.T, b *Storage) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -1,4 +1,4 @@
-package backend
+package storage
 
 import (
 	"context"
@@ -48,21 +48,21 @@ type Config struct {
 	// PublicS3Endpoint is the S3 URL given to applications (credentials,
 	// claims' ConfigMaps); empty means the endpoint the driver uses.
 	PublicS3Endpoint string
-	// RootAccessKey and RootSecretKey are the backend root credentials;
+	// RootAccessKey and RootSecretKey are the server's root credentials;
 	// for the embedded driver, empty ones are generated and kept in the
 	// data dir.
 	RootAccessKey, RootSecretKey string
-	// Prefix starts backend bucket and user names.
+	// Prefix starts the names of the buckets and users made there.
 	Prefix string
 	// Logger receives the embedded server's messages.
 	Logger *slog.Logger
 }
 
-// Backend is a running storage side.
-type Backend struct {
-	// Driver is the s3iam driver for the backend.
+// Storage is a running storage side.
+type Storage struct {
+	// Driver is the s3iam driver for the server.
 	Driver driver.Driver
-	// S3Endpoint and IAMEndpoint are the backend's endpoints: for the
+	// S3Endpoint and IAMEndpoint are the server's endpoints: for the
 	// embedded driver its public listeners, which the driver does not use
 	// (it has listeners of its own, s3gateway.Server.OwnS3Endpoint).
 	S3Endpoint, IAMEndpoint string
@@ -85,11 +85,11 @@ type Backend struct {
 // A listen address already in use fails with an error wrapping
 // syscall.EADDRINUSE; a data dir another process serves, with
 // s3gateway.ErrDataDirInUse.
-func Start(ctx context.Context, cfg Config) (_ *Backend, err error) {
+func Start(ctx context.Context, cfg Config) (_ *Storage, err error) {
 	if cfg.DataDir, err = filepath.Abs(cfg.DataDir); err != nil { // the embedded server changes the working directory
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	b := &Backend{}
+	b := &Storage{}
 	defer func() {
 		if err != nil {
 			_ = b.Stop(context.Background())
@@ -154,9 +154,9 @@ func Start(ctx context.Context, cfg Config) (_ *Backend, err error) {
 // kubelet's own timeout gives up on it.
 const readyTimeout = 5 * time.Second
 
-// Ready checks that the backend answers with the root credentials, within
+// Ready checks that the server answers with the root credentials, within
 // a few seconds: serve's /readyz and the controller's run it.
-func (b *Backend) Ready(ctx context.Context) error {
+func (b *Storage) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	_, err := b.Driver.Observe(ctx, driver.ObserveRequest{})
@@ -164,7 +164,7 @@ func (b *Backend) Ready(ctx context.Context) error {
 }
 
 // Stop stops the embedded server, if there is one.
-func (b *Backend) Stop(ctx context.Context) error {
+func (b *Storage) Stop(ctx context.Context) error {
 	if b == nil || b.gateway == nil {
 		return nil
 	}
