@@ -103,7 +103,7 @@ type Broker struct {
 	cfg      Config
 	log      *slog.Logger
 	store    Store
-	backend  *storage.Storage
+	storage  *storage.Storage
 	upstream []*upstream.Upstream
 	engine   *engine.Engine
 	server   *http.Server
@@ -175,7 +175,7 @@ func (b *Broker) startBackend(ctx context.Context, cfg Config) (driver.Driver, b
 	if err != nil {
 		return nil, bucket.Endpoint{}, err
 	}
-	b.backend = be
+	b.storage = be
 	b.S3Endpoint, b.IAMEndpoint = be.S3Endpoint, be.IAMEndpoint
 	b.RootAccessKey, b.RootSecretKey = be.RootAccessKey, be.RootSecretKey
 	b.Generated.RootCredentials, b.Generated.RootCredentialsFile = be.GeneratedRootCredentials, be.RootCredentialsFile
@@ -512,8 +512,8 @@ func (b *Broker) ready() func(context.Context) error {
 		if err := b.store.Writable(ctx); err != nil {
 			return &osb.CheckError{Check: "store", Err: err}
 		}
-		if b.backend != nil {
-			if err := b.backend.Ready(ctx); err != nil {
+		if b.storage != nil {
+			if err := b.storage.Ready(ctx); err != nil {
 				return &osb.CheckError{Check: "storage backend", Err: err}
 			}
 		}
@@ -557,7 +557,7 @@ func (b *Broker) close(ctx context.Context) error {
 	if b.engine != nil {
 		errs = append(errs, b.engine.Shutdown(ctx))
 	}
-	errs = append(errs, b.backend.Stop(ctx))
+	errs = append(errs, b.storage.Stop(ctx))
 	if b.store != nil {
 		errs = append(errs, b.store.Close())
 	}
