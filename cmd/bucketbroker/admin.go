@@ -19,10 +19,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bucketbroker/bucketbroker/internal/audit"
-	"github.com/bucketbroker/bucketbroker/internal/storage"
 	"github.com/bucketbroker/bucketbroker/internal/broker"
 	"github.com/bucketbroker/bucketbroker/internal/engine"
 	"github.com/bucketbroker/bucketbroker/internal/s3gateway"
+	"github.com/bucketbroker/bucketbroker/internal/storage"
 	"github.com/bucketbroker/bucketbroker/internal/store"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )

@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/bucketbroker/bucketbroker/internal/storage"
 	"github.com/bucketbroker/bucketbroker/internal/bucket"
 	"github.com/bucketbroker/bucketbroker/internal/buildinfo"
 	"github.com/bucketbroker/bucketbroker/internal/catalog"
@@ -28,6 +27,7 @@ import (
 	"github.com/bucketbroker/bucketbroker/internal/osb"
 	"github.com/bucketbroker/bucketbroker/internal/osbclient"
 	"github.com/bucketbroker/bucketbroker/internal/secretbox"
+	"github.com/bucketbroker/bucketbroker/internal/storage"
 	"github.com/bucketbroker/bucketbroker/internal/store"
 	"github.com/bucketbroker/bucketbroker/internal/store/postgres"
 	"github.com/bucketbroker/bucketbroker/internal/store/sqlite"
