@@ -34,7 +34,7 @@
 //
 // # Upstream records
 //
-// A record of an upstream broker's service (Record.Upstream) has no
+// A record of an upstream broker's service (Record.Upstream set) has no
 // bucket or user: with Options.Upstreams, each ready one whose operation
 // has ended is compared with the upstream's GET (Upstream.Observe), where
 // the upstream's catalog offers it (instances_retrievable,
