@@ -2,7 +2,9 @@
 SHELL := /usr/bin/env bash
 GO ?= go
 BIN := bin/bucketbroker
-IMAGE ?= bucketbroker:latest
+# The release this tree is (internal/buildinfo/buildinfo.go's Release).
+RELEASE := $(shell sed -n 's/^const Release = "\(.*\)"/\1/p' internal/buildinfo/buildinfo.go)
+IMAGE ?= bucketbroker:$(RELEASE)
 
 .PHONY: help
 help: ## List the documented targets
@@ -12,11 +14,12 @@ help: ## List the documented targets
 run: ## Run the broker on its embedded defaults (state and objects in ./data)
 	$(GO) run ./cmd/bucketbroker serve
 
-# The version and commit `bucketbroker version` and bucketbroker_build_info
+# The commit (and, on a tagged commit, the tag as version; otherwise
+# buildinfo.Release) `bucketbroker version` and bucketbroker_build_info
 # show: Go stamps neither in a git worktree, with -buildvcs=false, or without
 # .git (a container build), so builds pass them to the linker.
 BUILDINFO := github.com/bucketbroker/bucketbroker/internal/buildinfo
-VERSION_LDFLAGS := -X $(BUILDINFO).version=$(shell git describe --tags --always --dirty 2>/dev/null) \
+VERSION_LDFLAGS := -X $(BUILDINFO).version=$(shell git describe --tags --exact-match 2>/dev/null) \
 	-X $(BUILDINFO).commit=$(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
 
 .PHONY: build

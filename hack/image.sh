@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the container image (default bucketbroker:latest) with podman, from
+# Build the container image (default bucketbroker:<release>, the Release of
+# internal/buildinfo/buildinfo.go) with podman, from
 # build/Containerfile: FROM scratch, a static binary (CGO_ENABLED=0), the
 # host's CA bundle, user 65532. Needs no registry and pulls no base image.
 # Installs podman from Debian packages when missing (hack/podman.sh).
@@ -7,7 +8,8 @@
 #   hack/image.sh [IMAGE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-IMAGE=${1:-bucketbroker:latest}
+release=$(sed -n 's/^const Release = "\(.*\)"/\1/p' internal/buildinfo/buildinfo.go)
+IMAGE=${1:-bucketbroker:$release}
 CA=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 
 log() { echo "image: $*" >&2; }
@@ -20,7 +22,7 @@ trap 'rm -rf "$ctx"' EXIT
 start=$(date +%s)
 # The version and commit, as make build passes them (Go stamps none here).
 bi=github.com/bucketbroker/bucketbroker/internal/buildinfo
-version=$(git describe --tags --always --dirty 2>/dev/null || echo unknown)
+version=$(git describe --tags --exact-match 2>/dev/null || true) # none: buildinfo.Release
 commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo -dirty)
 CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags="-s -w -X $bi.version=$version -X $bi.commit=$commit" -o "$ctx/bucketbroker" ./cmd/bucketbroker
 cp "$CA" "$ctx/ca-certificates.crt"

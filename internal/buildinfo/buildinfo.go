@@ -3,9 +3,17 @@ package buildinfo
 import (
 	"fmt"
 	"runtime/debug"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/mod/module"
 )
+
+// Release is the version this tree is: what a build reports unless the
+// linker stamps another (a tagged module version or -ldflags). The chart's
+// appVersion and image tag and the default image name follow it
+// (TestChartFollowsRelease; the Makefile and hack/image.sh read it here).
+const Release = "0.1.0"
 
 // Set with -ldflags -X at release builds (see the package comment).
 var (
@@ -17,8 +25,8 @@ const unknown = "unknown"
 
 // Info describes the running binary.
 type Info struct {
-	// Version is the release (v1.2.3), the Go pseudo-version of the
-	// module, or "unknown" for a local build.
+	// Version is the version set with -ldflags, else the module's tagged
+	// version (v1.2.3), else Release.
 	Version string
 	// Commit is the git commit, with "-dirty" when the tree had changes.
 	Commit string
@@ -35,7 +43,7 @@ func fromBuildInfo(bi *debug.BuildInfo, ok bool) Info {
 	in := Info{Version: version, Commit: commit}
 	if ok {
 		in.GoVersion = bi.GoVersion
-		if in.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		if in.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" && !module.IsPseudoVersion(strings.TrimSuffix(bi.Main.Version, "+dirty")) {
 			in.Version = bi.Main.Version
 		}
 		if in.Commit == "" {
@@ -54,6 +62,9 @@ func fromBuildInfo(bi *debug.BuildInfo, ok bool) Info {
 			}
 			in.Commit = rev
 		}
+	}
+	if in.Version == "" {
+		in.Version = Release
 	}
 	for _, s := range []*string{&in.Version, &in.Commit, &in.GoVersion} {
 		if *s == "" {

@@ -1,7 +1,9 @@
 package buildinfo
 
 import (
+	"os"
 	"runtime/debug"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -23,11 +25,14 @@ func TestFromBuildInfo(t *testing.T) {
 		"dirty tree": {reason: "a build with uncommitted changes says so",
 			bi: &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"},
 				Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.modified", Value: "true"}}},
-			ok: true, want: Info{Version: "unknown", Commit: "abc123-dirty", GoVersion: "go1.26.8"}},
+			ok: true, want: Info{Version: Release, Commit: "abc123-dirty", GoVersion: "go1.26.8"}},
+		"pseudo-version": {reason: "a checkout's build is the release this tree is, not the pseudo-version Go derives from the commit",
+			bi: &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v0.0.0-20261202120000-abcdefabcdef+dirty"}},
+			ok: true, want: Info{Version: Release, Commit: "unknown", GoVersion: "go1.26.8"}},
 		"ldflags win": {reason: "a release build's -X values override what the linker stamped",
 			bi: stamped, ok: true, version: "v9.9.9", commit: "fff", want: Info{Version: "v9.9.9", Commit: "fff", GoVersion: "go1.26.8"}},
-		"nothing known": {reason: "no build info reads unknown, never empty",
-			want: Info{Version: "unknown", Commit: "unknown", GoVersion: "unknown"}},
+		"nothing known": {reason: "no build info reads the release and unknown, never empty",
+			want: Info{Version: Release, Commit: "unknown", GoVersion: "unknown"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			version, commit = tc.version, tc.commit
@@ -59,5 +64,33 @@ func TestCollector(t *testing.T) {
 	}
 	if v := m.GetGauge().GetValue(); v != 1 {
 		t.Errorf("value = %v, want 1", v)
+	}
+}
+
+// TestChartFollowsRelease: the chart's appVersion and default image tag,
+// the Makefile's and hack/image.sh's default image, and the rendered
+// manager manifest are the release this tree is.
+func TestChartFollowsRelease(t *testing.T) {
+	for file, want := range map[string]string{
+		"../../charts/bucketbroker/Chart.yaml":  "appVersion: \"" + Release + "\"",
+		"../../charts/bucketbroker/values.yaml": "tag: \"" + Release + "\"",
+		"../../config/manager/manager.yaml":     "image: bucketbroker:" + Release,
+	} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(data), want) {
+			t.Errorf("%s does not say %s", file, want)
+		}
+	}
+	for _, file := range []string{"../../Makefile", "../../hack/image.sh"} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(data), "internal/buildinfo/buildinfo.go") {
+			t.Errorf("%s does not take the image's tag from buildinfo.Release", file)
+		}
 	}
 }
