@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// sweep kicks every unfinished operation that no live replica drives.
+// sweep ensures a worker for every unfinished operation that no live
+// replica drives.
 func (e *Engine) sweep(ctx context.Context) error {
 	recs, err := e.store.List(ctx, ListOptions{Unfinished: true})
 	if err != nil {
@@ -23,7 +24,7 @@ func (e *Engine) sweep(ctx context.Context) error {
 		e.mu.Unlock()
 		if !running {
 			e.log.Info("Resuming operation", "kind", r.Kind, "id", r.ID, "operation", r.Op.ID, "type", r.Op.Type, "previous_lease", r.Lease)
-			e.kick(r.Kind, r.ID)
+			e.ensureWorker(r.Kind, r.ID)
 		}
 	}
 	return nil

@@ -8,6 +8,16 @@ import (
 	"time"
 )
 
+// A record's operation reaches its backend through one chain, each level
+// with one job:
+//
+//	ensureWorker     makes sure a worker goroutine is on the record
+//	startWorker      starts that goroutine, or tells the running one to pass again
+//	runWorker        the goroutine: one pass per slot of the work queue
+//	driveUnderLease  a pass: read the record, take its lease, run, retry
+//	runOperation     runs one operation to its end, timed and logged
+//	callBackend      calls the backend method for the operation's type
+
 // worker is the one goroutine driving a record's operations in this process.
 type worker struct {
 	// first is the record as the request that started the worker wrote
@@ -20,14 +30,17 @@ type worker struct {
 	again  bool
 }
 
-// kick makes sure a worker drives the record's current operation. A
-// running worker is told to look again when it is done.
-func (e *Engine) kick(kind Kind, id string) { e.start(kind, id, nil) }
+// ensureWorker makes sure a worker drives the record's current operation.
+// A running worker is told to look again when it is done.
+func (e *Engine) ensureWorker(kind Kind, id string) { e.startWorker(kind, id, nil) }
 
-// kickWith is kick from the request that just wrote rec.
-func (e *Engine) kickWith(rec *Record) { e.start(rec.Kind, rec.ID, rec.Clone()) }
+// ensureWorkerWith is ensureWorker from the request that just wrote rec:
+// a worker it starts begins with rec instead of reading it.
+func (e *Engine) ensureWorkerWith(rec *Record) { e.startWorker(rec.Kind, rec.ID, rec.Clone()) }
 
-func (e *Engine) start(kind Kind, id string, first *Record) {
+// startWorker starts the record's worker with first (nil: the worker reads
+// the record), or marks the running one to pass again when it is done.
+func (e *Engine) startWorker(kind Kind, id string, first *Record) {
 	k := key(kind, id)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -41,7 +54,7 @@ func (e *Engine) start(kind Kind, id string, first *Record) {
 	w := &worker{first: first}
 	e.workers[k] = w
 	e.wg.Add(1)
-	go e.work(kind, id, w, first != nil)
+	go e.runWorker(kind, id, w, first != nil)
 }
 
 // interrupt makes the record's worker turn to the record's new operation:
@@ -49,14 +62,15 @@ func (e *Engine) start(kind Kind, id string, first *Record) {
 // first, so that nothing it does lands after the new operation's steps).
 func (e *Engine) interrupt(kind Kind, id string) {
 	e.supersede(kind, id)
-	e.kick(kind, id)
+	e.ensureWorker(kind, id)
 }
 
-// supersede is interrupt without the kick, for a request that kicks the
-// worker itself with the record it wrote (started): with no worker running,
-// the kick starts one with that record, which then needs no read (a kick
-// here first started one that read the record, and the request's kick
-// made it pass again and read it once more after its operation ended).
+// supersede is interrupt without ensureWorker, for a request that ensures
+// the worker itself with the record it wrote (started): with no worker
+// running, its ensureWorkerWith starts one with that record, which then
+// needs no read (an ensureWorker here would start one that reads the
+// record, and the request's call would make it pass again and read it once
+// more after its operation ended).
 func (e *Engine) supersede(kind Kind, id string) {
 	e.mu.Lock()
 	if w, ok := e.workers[key(kind, id)]; ok {
@@ -97,10 +111,10 @@ func (e *Engine) halted(ctx context.Context) bool {
 	return false
 }
 
-// work is a record's worker. Each pass waits for a slot first (urgent
-// when a request started the work or interrupted it), so that no more than
-// Workers operations reach the store and the backend at once.
-func (e *Engine) work(kind Kind, id string, w *worker, urgent bool) {
+// runWorker is a record's worker goroutine. Each pass waits for a slot
+// first (urgent when a request started the work or interrupted it), so that
+// no more than Workers operations reach the store and the backend at once.
+func (e *Engine) runWorker(kind Kind, id string, w *worker, urgent bool) {
 	defer e.wg.Done()
 	k := key(kind, id)
 	for {
@@ -118,7 +132,7 @@ func (e *Engine) work(kind Kind, id string, w *worker, urgent bool) {
 		w.first = nil
 		e.mu.Unlock()
 
-		e.drive(ctx, kind, id, first)
+		e.driveUnderLease(ctx, kind, id, first)
 		if sl.held {
 			sl.held = false
 			e.slots.release()
@@ -135,9 +149,11 @@ func (e *Engine) work(kind Kind, id string, w *worker, urgent bool) {
 	}
 }
 
-// drive runs the record's operations until one is finished, the worker is
+// driveUnderLease is one pass of a worker: it reads the record, takes its
+// operation's lease and runs the operation under it, again after a failure,
+// until the operation is finished, the lease is lost, the worker is
 // interrupted or the engine stops.
-func (e *Engine) drive(ctx context.Context, kind Kind, id string, first *Record) {
+func (e *Engine) driveUnderLease(ctx context.Context, kind Kind, id string, first *Record) {
 	for !e.halted(ctx) {
 		// A record handed over may be stale by now: its first write is
 		// then refused (compare-and-swap) and the loop reads it again.
@@ -168,7 +184,7 @@ func (e *Engine) drive(ctx context.Context, kind Kind, id string, first *Record)
 			return // another live replica drives it
 		}
 		lctx, release := e.hold(ctx, rec)
-		err = e.run(lctx, rec)
+		err = e.runOperation(lctx, rec)
 		lost := errors.Is(context.Cause(lctx), errLeaseLost)
 		ended := holderOf(lctx, rec).ended()
 		release()
@@ -183,7 +199,7 @@ func (e *Engine) drive(ctx context.Context, kind Kind, id string, first *Record)
 			// write, and none of those is this worker's to drive:
 			// ending the operation released the lease, so a write that
 			// starts another one since holds its writer's lease. A
-			// request of this process kicks this worker (the next pass
+			// request of this process ensures this worker (the next pass
 			// reads), another replica drives its own, and one that
 			// dies leaves it to the sweep once its lease runs out.
 			return
@@ -200,13 +216,14 @@ func (e *Engine) drive(ctx context.Context, kind Kind, id string, first *Record)
 	}
 }
 
-// run carries out rec's current operation to its end.
-func (e *Engine) run(ctx context.Context, rec *Record) error {
+// runOperation carries out rec's current operation to its end, and times
+// and logs it.
+func (e *Engine) runOperation(ctx context.Context, rec *Record) error {
 	start := time.Now()
 	e.metrics.inFlight.WithLabelValues(string(rec.Op.Type)).Inc()
 	defer e.metrics.inFlight.WithLabelValues(string(rec.Op.Type)).Dec()
 
-	err := e.runOn(ctx, rec)
+	err := e.callBackend(ctx, rec)
 	if err == nil {
 		e.metrics.duration.WithLabelValues(string(rec.Op.Type), string(rec.Op.State)).Observe(time.Since(start).Seconds())
 		lvl := slog.LevelInfo
@@ -219,8 +236,9 @@ func (e *Engine) run(ctx context.Context, rec *Record) error {
 	return err
 }
 
-// runOn hands rec's operation to the record's backend.
-func (e *Engine) runOn(ctx context.Context, rec *Record) error {
+// callBackend hands rec's operation to the record's backend: the method
+// for the operation's type.
+func (e *Engine) callBackend(ctx context.Context, rec *Record) error {
 	b, err := e.backend(rec)
 	if err != nil {
 		return e.finish(ctx, rec, err)
