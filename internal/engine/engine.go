@@ -183,21 +183,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		t := time.NewTicker(e.sweepInt)
-		defer t.Stop()
-		for {
-			select {
-			case <-e.base.Done():
-				return
-			case <-t.C:
-				if err := e.sweep(e.base); err != nil && e.base.Err() == nil {
-					e.log.Warn("Cannot look for unfinished operations; will retry", "error", err)
-				}
-			}
-		}
-	}()
+	go e.sweepEvery()
 	return nil
 }
 

@@ -29,3 +29,21 @@ func (e *Engine) sweep(ctx context.Context) error {
 	}
 	return nil
 }
+
+// sweepEvery sweeps every SweepInterval until the engine stops; it is one
+// of the engine's goroutines (wg).
+func (e *Engine) sweepEvery() {
+	defer e.wg.Done()
+	t := time.NewTicker(e.sweepInt)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.base.Done():
+			return
+		case <-t.C:
+			if err := e.sweep(e.base); err != nil && e.base.Err() == nil {
+				e.log.Warn("Cannot look for unfinished operations; will retry", "error", err)
+			}
+		}
+	}
+}
