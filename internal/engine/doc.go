@@ -54,7 +54,8 @@
 //     process's write of it stored it, when that is newer than what the
 //     request has seen (else it reads), and a worker whose own write ended
 //     the operation stops without reading it back; writes by other
-//     processes are seen by reading the store (engine.go: wait, drive).
+//     processes are seen by reading the store (wait in wait.go,
+//     driveUnderLease in workers.go).
 //
 // A binding's secret (a key's secret, an upstream's credentials) is sealed
 // with a secretbox before it is stored (Work.SealCredentials).

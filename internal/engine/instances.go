@@ -205,7 +205,7 @@ func (e *Engine) answering(async bool, plan *catalog.Plan) answering {
 	}
 }
 
-// started kicks the worker for an operation this request began, and
+// started ensures the worker for an operation this request began, and
 // answers as how says.
 func (e *Engine) started(ctx context.Context, rec *Record, done Outcome, how answering) (Result, error) {
 	res, _, err := e.startedRecord(ctx, rec, done, how)
@@ -216,11 +216,11 @@ func (e *Engine) started(ctx context.Context, rec *Record, done Outcome, how ans
 // left it (nil when answered 202).
 func (e *Engine) startedRecord(ctx context.Context, rec *Record, done Outcome, how answering) (Result, *Record, error) {
 	if how == answerAsync {
-		e.kickWith(rec)
+		e.ensureWorkerWith(rec)
 		return Result{Outcome: OutcomeAccepted, Operation: rec.Op.ID}, nil, nil
 	}
 	wt := e.watch(rec.Kind, rec.ID) // before the worker can write
-	e.kickWith(rec)
+	e.ensureWorkerWith(rec)
 	if how == answerBudget {
 		return e.awaitBudget(ctx, rec, done, wt)
 	}
@@ -252,7 +252,7 @@ func (e *Engine) inFlight(ctx context.Context, rec *Record, async bool) (Result,
 	if async {
 		return Result{Outcome: OutcomeAccepted, Operation: rec.Op.ID}, nil
 	}
-	e.kick(rec.Kind, rec.ID) // after a restart there may be no worker yet
+	e.ensureWorker(rec.Kind, rec.ID) // after a restart there may be no worker yet
 	res, _, err := e.awaitOutcome(ctx, rec, OutcomeOK, nil)
 	return res, err
 }
@@ -556,7 +556,7 @@ func (e *Engine) lastOperation(ctx context.Context, kind Kind, id, instanceID, o
 	if !op.Finished() && time.Now().After(op.Deadline.Add(time.Minute)) {
 		// Its worker should have failed it at the deadline; make sure a
 		// worker is on it (after a restart, or on another replica's death).
-		e.kick(kind, id)
+		e.ensureWorker(kind, id)
 	}
 	return LastOperation{State: op.State, Description: op.Description}, nil
 }

@@ -184,3 +184,61 @@ func (h *holder) write(ctx context.Context, rec *Record) error {
 	h.base, h.cur, h.last = rec.Version, rec.Version, rec.Clone()
 	return nil
 }
+
+// claim makes this engine the holder of rec's lease, unless another
+// replica holds it and it has not expired. The claim is a compare-and-swap:
+// of two replicas claiming at once, one wins.
+func (e *Engine) claim(ctx context.Context, rec *Record) (bool, error) {
+	now := time.Now()
+	if rec.Lease != "" && rec.Lease != e.replica && now.Before(rec.LeaseUntil) {
+		return false, nil
+	}
+	if rec.Lease == e.replica && rec.LeaseUntil.Sub(now) > e.leaseTTL/2 {
+		return true, nil
+	}
+	prev := rec.Lease
+	if err := e.save(ctx, rec); err != nil { // save renews our lease
+		return false, err
+	}
+	if prev != "" && prev != e.replica {
+		e.metrics.takeovers.Inc()
+		e.log.Warn("Took over operation whose lease ran out", "kind", rec.Kind, "id", rec.ID, "operation", rec.Op.ID, "previous_lease", prev)
+	}
+	return true, nil
+}
+
+// renew extends the lease when half of it is gone, for callers that hold
+// it without a holder (which renews on its own clock).
+func (e *Engine) renew(ctx context.Context, rec *Record) error {
+	if holderOf(ctx, rec) != nil {
+		return nil
+	}
+	if rec.Lease == e.replica && time.Until(rec.LeaseUntil) > e.leaseTTL/2 {
+		return nil
+	}
+	return e.save(ctx, rec)
+}
+
+// save writes rec (compare-and-swap) and wakes whoever waits on it. While
+// the operation is unfinished the write renews this engine's lease; a
+// finished operation holds none.
+func (e *Engine) save(ctx context.Context, rec *Record) error {
+	now := time.Now().UTC()
+	if rec.Op.Finished() {
+		rec.Lease, rec.LeaseUntil = "", time.Time{}
+	} else if rec.Lease == "" || rec.Lease == e.replica || now.After(rec.LeaseUntil) {
+		rec.Lease, rec.LeaseUntil = e.replica, now.Add(e.leaseTTL)
+	}
+	rec.UpdatedAt = now
+	var err error
+	if h := holderOf(ctx, rec); h != nil {
+		err = h.write(ctx, rec)
+	} else {
+		err = e.store.Update(ctx, rec)
+	}
+	if err != nil {
+		return err
+	}
+	e.notify(rec)
+	return nil
+}

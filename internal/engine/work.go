@@ -248,7 +248,7 @@ func (e *Engine) revokeBindings(ctx context.Context, inst *Record) error {
 			pending++
 			switch {
 			case b.Op.Type == OpUnbind && !b.Op.Finished():
-				e.kick(KindBinding, b.ID)
+				e.ensureWorker(KindBinding, b.ID)
 			case b.Op.Type == OpUnbind && b.Op.State == OpFailed:
 				failed++
 				fallthrough
