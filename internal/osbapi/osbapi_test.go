@@ -28,7 +28,7 @@ func TestRequestBytes(t *testing.T) {
 		"update, plan kept": {reason: "no plan_id when the plan does not change",
 			v: UpdateRequest{ServiceID: "s"}, want: `{"service_id":"s"}`},
 		"bind, everything": {reason: "every field, in the order of the type",
-			v: BindRequest{ServiceID: "s", PlanID: "p", AppGUID: "a", BindResource: raw(`{"app_guid":"a"}`), Context: raw(`{}`), Parameters: raw(`{}`), PredecessorBindingID: "b0"},
+			v:    BindRequest{ServiceID: "s", PlanID: "p", AppGUID: "a", BindResource: raw(`{"app_guid":"a"}`), Context: raw(`{}`), Parameters: raw(`{}`), PredecessorBindingID: "b0"},
 			want: `{"service_id":"s","plan_id":"p","app_guid":"a","bind_resource":{"app_guid":"a"},"context":{},"parameters":{},"predecessor_binding_id":"b0"}`},
 	}
 	for name, tc := range cases {
