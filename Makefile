@@ -79,9 +79,9 @@ lint: ## gofmt and go vet clean, a doc.go in every package, generated files up t
 	$$(hack/golangci-lint.sh | tail -n 1) run ./...
 
 .PHONY: fuzz
-fuzz: ## Fuzz the OSB request decoding, the body decoder against encoding/json, then a request's way into the store and back after a restart, each for FUZZTIME (default 30s)
+fuzz: ## Fuzz the OSB request decoding, the body decoder alone, then a request's way into the store and back after a restart, each for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime $${FUZZTIME:-30s} ./internal/osb
-	$(GO) test -run '^$$' -fuzz '^FuzzScanBody$$' -fuzztime $${FUZZTIME:-30s} ./internal/osb
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBody$$' -fuzztime $${FUZZTIME:-30s} ./internal/osb
 	$(GO) test -run '^$$' -fuzz '^FuzzStoredRequest$$' -fuzztime $${FUZZTIME:-30s} -fuzzminimizetime 5s ./internal/osb
 
 .PHONY: bench

@@ -374,7 +374,7 @@ func CheckFreeForm(name string, raw []byte) error {
 	if len(raw) > MaxFreeFormBytes {
 		return fmt.Errorf("%s is %d bytes, more than the %d allowed", name, len(raw), MaxFreeFormBytes)
 	}
-	if d := jsonnest.Depth(raw); d > MaxFreeFormDepth {
+	if d, over := jsonnest.Exceeds(raw, MaxFreeFormDepth); over {
 		return fmt.Errorf("%s nests objects and arrays %d levels deep, more than the %d allowed", name, d, MaxFreeFormDepth)
 	}
 	return nil

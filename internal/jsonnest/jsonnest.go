@@ -1,70 +1,75 @@
 package jsonnest
 
-// scanner follows a JSON text byte by byte, far enough to tell the
-// brackets that open and close objects and arrays from those inside
-// strings. For text that is not valid JSON it still says something, never
-// an error: its callers bound input, they do not validate it.
-type scanner struct {
-	inString, escaped bool
-}
+import (
+	"bytes"
+	"encoding/json"
+)
 
-// step takes the next byte and returns +1 when it opens an object or
-// array, -1 when it closes one, and 0 otherwise.
-func (s *scanner) step(c byte) int {
-	switch {
-	case s.inString:
-		switch {
-		case s.escaped:
-			s.escaped = false
-		case c == '\\':
-			s.escaped = true
-		case c == '"':
-			s.inString = false
+// walk calls fn with the depth after each of b's tokens (one more than
+// before after an opening bracket, one less after a closing one) and the
+// offset in b just past the token. It reads b with encoding/json's
+// tokenizer, which has no nesting limit of its own, and stops at the end
+// or at the first syntax error.
+func walk(b []byte, fn func(depth, offset int)) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber() // a number beyond float64 is a token like any other
+	depth := 0
+	for {
+		t, err := dec.Token()
+		if err != nil {
+			return
 		}
-	case c == '"':
-		s.inString = true
-	case c == '{' || c == '[':
-		return +1
-	case c == '}' || c == ']':
-		return -1
+		if d, ok := t.(json.Delim); ok {
+			if d == '{' || d == '[' {
+				depth++
+			} else {
+				depth--
+			}
+		}
+		fn(depth, int(dec.InputOffset()))
 	}
-	return 0
 }
 
 // Depth returns the deepest nesting of objects and arrays in b, a JSON
-// text (0 for a scalar). Brackets inside strings do not count. For text
-// that is not valid JSON the result is some number, not an error.
+// text (0 for a scalar). For text that is not valid JSON it is the
+// deepest nesting before the first error.
 func Depth(b []byte) int {
-	var s scanner
-	depth, deepest := 0, 0
-	for _, c := range b {
-		depth += s.step(c)
-		deepest = max(deepest, depth)
-	}
+	deepest := 0
+	walk(b, func(depth, _ int) { deepest = max(deepest, depth) })
 	return deepest
 }
 
+// Exceeds reports whether b nests objects and arrays deeper than limit,
+// and if so how deep (Depth; 0 when it does not). No text nests deeper than it has opening
+// brackets, so a text with at most limit of them, every request and
+// record of the usual size, is not read token by token.
+func Exceeds(b []byte, limit int) (int, bool) {
+	if bytes.Count(b, []byte("{"))+bytes.Count(b, []byte("[")) <= limit {
+		return 0, false
+	}
+	if d := Depth(b); d > limit {
+		return d, true
+	}
+	return 0, false
+}
+
 // Prune returns data, a JSON text, with every object or array that opens
-// deeper than maxDepth levels replaced by null, and how many were.
+// deeper than maxDepth levels replaced by null, and how many were. The rest
+// of data is kept byte for byte. For text that is not valid JSON the result
+// is some text, no more valid than data.
 func Prune(data []byte, maxDepth int) ([]byte, int) {
 	out := make([]byte, 0, len(data))
-	var s scanner
-	depth, pruned := 0, 0
-	skip := 0 // >0: inside a pruned value, at this many levels below it
-	for _, c := range data {
-		d := s.step(c)
-		if skip > 0 {
-			skip += d
-			continue
-		}
-		if d > 0 && depth == maxDepth {
-			out = append(out, "null"...)
+	kept, pruned := 0, 0 // data[:kept] is dealt with
+	skip := 0            // >0: the depth of the value being pruned
+	walk(data, func(depth, off int) {
+		switch {
+		case skip > 0 && depth < skip: // the pruned value closed
+			kept, skip = off, 0
+		case skip == 0 && depth > maxDepth: // an opening bracket too deep
+			out = append(append(out, data[kept:off-1]...), "null"...)
 			pruned++
-			skip = 1
-			continue
+			kept, skip = off, depth
 		}
-		depth += d
-		out = append(out, c)
-	}
-	return out, pruned
+	})
+	return append(out, data[kept:]...), pruned
 }

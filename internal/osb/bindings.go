@@ -8,37 +8,20 @@ import (
 	"net/http"
 
 	"github.com/bucketbroker/bucketbroker/internal/engine"
+	"github.com/bucketbroker/bucketbroker/internal/osbapi"
 )
-
-// bindBody is the PUT binding request. predecessor_binding_id (v2.17)
-// rotates that binding.
-type bindBody struct {
-	ServiceID            string          `json:"service_id"`
-	PlanID               string          `json:"plan_id"`
-	AppGUID              string          `json:"app_guid"`
-	BindResource         json.RawMessage `json:"bind_resource"`
-	Parameters           json.RawMessage `json:"parameters"`
-	Context              json.RawMessage `json:"context"`
-	PredecessorBindingID string          `json:"predecessor_binding_id"`
-}
-
-type bindingBody struct {
-	// Credentials is a *engine.Credentials, or an upstream binding's
-	// credentials (json.RawMessage), answered verbatim.
-	Credentials any             `json:"credentials,omitempty"`
-	Parameters  json.RawMessage `json:"parameters,omitempty"`
-}
 
 // credentialsOf is the credentials a bind or GET answers: an upstream's as
 // it gave them, else the bucket's (nil when there are none).
-func credentialsOf(c *engine.Credentials, raw json.RawMessage) any {
-	if raw != nil {
-		return raw
+func credentialsOf(c *engine.Credentials, raw json.RawMessage) (json.RawMessage, error) {
+	if raw != nil || c == nil {
+		return raw, nil
 	}
-	if c == nil {
-		return nil
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("encode credentials: %w", err)
 	}
-	return c
+	return b, nil
 }
 
 func decodeBind(r *http.Request) (engine.BindRequest, error) {
@@ -46,7 +29,7 @@ func decodeBind(r *http.Request) (engine.BindRequest, error) {
 	if err != nil {
 		return engine.BindRequest{}, err
 	}
-	b, async, err := decodeWithBody[bindBody](r)
+	b, async, err := decodeWithBody[osbapi.BindRequest](r)
 	if err != nil {
 		return engine.BindRequest{}, err
 	}
@@ -123,9 +106,13 @@ func (h *Handler) bind(w http.ResponseWriter, r *http.Request) {
 	case engine.OutcomeAccepted:
 		// Never credentials in a 202, even if the engine had them: the
 		// platform fetches them with GET once the operation succeeded.
-		h.respond(w, r, http.StatusAccepted, operationBody{Operation: res.Operation})
+		h.respond(w, r, http.StatusAccepted, osbapi.OperationResponse{Operation: res.Operation})
 	case engine.OutcomeCreated, engine.OutcomeOK:
-		creds := credentialsOf(res.Credentials, res.RawCredentials)
+		creds, err := credentialsOf(res.Credentials, res.RawCredentials)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
 		if creds == nil {
 			h.fail(w, r, errors.New("engine returned a finished binding without credentials"))
 			return
@@ -134,7 +121,7 @@ func (h *Handler) bind(w http.ResponseWriter, r *http.Request) {
 		if res.Outcome == engine.OutcomeCreated {
 			status = http.StatusCreated
 		}
-		h.respond(w, r, status, bindingBody{Credentials: creds})
+		h.respond(w, r, status, osbapi.Binding{Credentials: creds})
 	default:
 		h.fail(w, r, fmt.Errorf("engine returned unknown outcome %d", res.Outcome))
 	}
@@ -155,7 +142,12 @@ func (h *Handler) getBinding(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, errors.New("engine returned neither a binding nor an error"))
 		return
 	}
-	h.respond(w, r, http.StatusOK, bindingBody{Credentials: credentialsOf(v.Credentials, v.RawCredentials), Parameters: v.Parameters})
+	creds, err := credentialsOf(v.Credentials, v.RawCredentials)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.respond(w, r, http.StatusOK, osbapi.Binding{Credentials: creds, Parameters: v.Parameters})
 }
 
 func (h *Handler) bindingLastOperation(w http.ResponseWriter, r *http.Request) {

@@ -164,10 +164,9 @@ func readAll(body io.Reader, length int64) ([]byte, error) {
 	}
 }
 
-// decodeBody reads the body into v, a pointer to one of the body structs:
-// scanBody's decoding where it applies, else encoding/json's (see
-// unmarshalBody), from a zero v.
-func decodeBody[B any, P bodyPtr[B]](r *http.Request, v P) error {
+// decodeBody reads the body and decodes it into v, a pointer to one of
+// the request body structs (see unmarshalBody).
+func decodeBody(r *http.Request, v any) error {
 	b, err := readBody(r)
 	if err != nil {
 		return err
@@ -175,10 +174,6 @@ func decodeBody[B any, P bodyPtr[B]](r *http.Request, v P) error {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return badRequest("request body is empty; expected a JSON object")
 	}
-	if scanBody(b, v) {
-		return nil
-	}
-	*v = *new(B)
 	return unmarshalBody(b, v)
 }
 
@@ -300,13 +295,13 @@ func freeFormField(name string) freeForm { return freeForm{fmt.Sprintf("field %q
 // decodeWithBody reads what every request with a body starts with:
 // accepts_incomplete from the query, then the body, decoded into a B (see
 // decodeBody).
-func decodeWithBody[B any, P bodyPtr[B]](r *http.Request) (B, bool, error) {
+func decodeWithBody[B any](r *http.Request) (B, bool, error) {
 	var b B
 	async, err := bodyQuery(r)
 	if err != nil {
 		return b, false, err
 	}
-	if err := decodeBody[B, P](r, &b); err != nil {
+	if err := decodeBody(r, &b); err != nil {
 		return b, false, err
 	}
 	return b, async, nil

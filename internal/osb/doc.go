@@ -18,10 +18,11 @@
 //     for free-form values (engine.CheckFreeForm: the engine stores them
 //     inside a record, which must stay readable), are a 400 whose
 //     description names the field but never echoes a value. A request that
-//     fails here never reaches the engine. The body is decoded without
-//     reflection when it is plain (scan.go: ASCII keys, strings without
-//     escapes, the right types), else by encoding/json, which then alone
-//     decides; both give the same fields (FuzzScanBody).
+//     fails here never reaches the engine. The body is decoded by
+//     encoding/json, whose errors become those descriptions;
+//     testdata/decode.golden pins what the door makes of a corpus of valid,
+//     invalid and hostile bodies (TestDecodeGolden; FuzzDecodeBody fuzzes
+//     it).
 //  3. Call the engine, once, with the decoded request; the
 //     X-Broker-API-Originating-Identity header travels along as Identity.
 //  4. Map the answer. An engine Outcome becomes 201, 202 (with the operation

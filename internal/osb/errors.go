@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/bucketbroker/bucketbroker/internal/engine"
+	"github.com/bucketbroker/bucketbroker/internal/osbapi"
 )
 
 // OSB error codes (spec section "Service Broker Errors").
@@ -31,15 +32,8 @@ const (
 // the cause goes to the log.
 const internalDescription = "internal error; the broker logged the cause"
 
-// errorBody is the OSB error response. Error is omitted when no OSB code
-// applies; the spec says that, if present, it must not be empty. Detail is
-// bucketbroker's own account when Description is the spec's fixed text (a
-// field the spec does not name, which receivers ignore).
-type errorBody struct {
-	Error       string `json:"error,omitempty"`
-	Description string `json:"description"`
-	Detail      string `json:"detail,omitempty"`
-}
+// errorBody is the OSB error answer.
+type errorBody = osbapi.Error
 
 // requestError is a failure the door itself decides: a bad request, failed
 // authentication, an unsupported version, a body that is too large.
@@ -143,6 +137,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 	writeRaw(w, status, b)
 }
+
+// emptyBody is the answer {}, which respond writes without the encoder.
+type emptyBody struct{}
 
 // emptyJSON is emptyBody encoded. Only ever written, never changed.
 var emptyJSON = []byte("{}")

@@ -8,34 +8,8 @@ import (
 	"net/http"
 
 	"github.com/bucketbroker/bucketbroker/internal/engine"
+	"github.com/bucketbroker/bucketbroker/internal/osbapi"
 )
-
-// Request bodies. Fields the engine does not use (previous_values) are
-// not decoded: OSB receivers must ignore what they do not understand.
-type provisionBody struct {
-	ServiceID        string           `json:"service_id"`
-	PlanID           string           `json:"plan_id"`
-	OrganizationGUID string           `json:"organization_guid"`
-	SpaceGUID        string           `json:"space_guid"`
-	Parameters       json.RawMessage  `json:"parameters"`
-	Context          json.RawMessage  `json:"context"`
-	MaintenanceInfo  *maintenanceInfo `json:"maintenance_info"`
-}
-
-type updateBody struct {
-	ServiceID       string           `json:"service_id"`
-	PlanID          string           `json:"plan_id"`
-	Parameters      json.RawMessage  `json:"parameters"`
-	Context         json.RawMessage  `json:"context"`
-	MaintenanceInfo *maintenanceInfo `json:"maintenance_info"`
-}
-
-// maintenanceInfo is OSB's maintenance_info object, in requests (the
-// version only) and in GET instance answers.
-type maintenanceInfo struct {
-	Version     string `json:"version"`
-	Description string `json:"description,omitempty"`
-}
 
 // maintenanceVersion returns the version a request's maintenance_info
 // names, or "" for none. An object with nothing in it ({}, or an empty
@@ -44,8 +18,8 @@ type maintenanceInfo struct {
 // the same request, and the same fingerprint, as one without. An object
 // that says something but names no version is a bad request: the spec
 // makes the version required.
-func maintenanceVersion(mi *maintenanceInfo) (string, error) {
-	if mi == nil || *mi == (maintenanceInfo{}) {
+func maintenanceVersion(mi *osbapi.MaintenanceInfo) (string, error) {
+	if mi == nil || *mi == (osbapi.MaintenanceInfo{}) {
 		return "", nil
 	}
 	if err := require(field{"maintenance_info.version", mi.Version}); err != nil {
@@ -57,38 +31,12 @@ func maintenanceVersion(mi *maintenanceInfo) (string, error) {
 	return mi.Version, nil
 }
 
-// Response bodies.
-type emptyBody struct{}
-
-type operationBody struct {
-	Operation string `json:"operation,omitempty"`
-}
-
-type instanceBody struct {
-	ServiceID       string           `json:"service_id"`
-	PlanID          string           `json:"plan_id"`
-	DashboardURL    string           `json:"dashboard_url,omitempty"`
-	Parameters      json.RawMessage  `json:"parameters,omitempty"`
-	MaintenanceInfo *maintenanceInfo `json:"maintenance_info,omitempty"`
-}
-
-// dashboardBody answers a provision of an upstream instance that has a
-// dashboard.
-type dashboardBody struct {
-	DashboardURL string `json:"dashboard_url"`
-}
-
-type lastOperationBody struct {
-	State       engine.OpState `json:"state"`
-	Description string         `json:"description,omitempty"`
-}
-
 func decodeProvision(r *http.Request) (engine.ProvisionRequest, error) {
 	id, err := pathID(r, "instance_id")
 	if err != nil {
 		return engine.ProvisionRequest{}, err
 	}
-	b, async, err := decodeWithBody[provisionBody](r)
+	b, async, err := decodeWithBody[osbapi.ProvisionRequest](r)
 	if err != nil {
 		return engine.ProvisionRequest{}, err
 	}
@@ -131,7 +79,7 @@ func decodeUpdate(r *http.Request) (engine.UpdateRequest, error) {
 	if err != nil {
 		return engine.UpdateRequest{}, err
 	}
-	b, async, err := decodeWithBody[updateBody](r)
+	b, async, err := decodeWithBody[osbapi.UpdateRequest](r)
 	if err != nil {
 		return engine.UpdateRequest{}, err
 	}
@@ -195,9 +143,14 @@ func (h *Handler) getInstance(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, errors.New("engine returned neither an instance nor an error"))
 		return
 	}
-	body := instanceBody{ServiceID: v.ServiceID, PlanID: v.PlanID, Parameters: v.Parameters, DashboardURL: v.DashboardURL}
+	body := osbapi.Instance{ServiceID: v.ServiceID, PlanID: v.PlanID, Parameters: v.Parameters, DashboardURL: v.DashboardURL}
 	if v.MaintenanceVersion != "" {
-		body.MaintenanceInfo = &maintenanceInfo{Version: v.MaintenanceVersion, Description: v.MaintenanceDescription}
+		mi, err := json.Marshal(osbapi.MaintenanceInfo{Version: v.MaintenanceVersion, Description: v.MaintenanceDescription})
+		if err != nil {
+			h.fail(w, r, fmt.Errorf("encode maintenance_info: %w", err))
+			return
+		}
+		body.MaintenanceInfo = mi
 	}
 	h.respond(w, r, http.StatusOK, body)
 }
@@ -260,7 +213,7 @@ func (h *Handler) respondResult(w http.ResponseWriter, r *http.Request, res engi
 		if res.Outcome == engine.OutcomeCreated {
 			status = created
 		}
-		h.respond(w, r, status, dashboardBody{DashboardURL: res.DashboardURL})
+		h.respond(w, r, status, osbapi.InstanceResponse{DashboardURL: res.DashboardURL})
 		return
 	}
 	switch res.Outcome {
@@ -269,7 +222,7 @@ func (h *Handler) respondResult(w http.ResponseWriter, r *http.Request, res engi
 	case engine.OutcomeOK:
 		h.respond(w, r, http.StatusOK, emptyBody{})
 	case engine.OutcomeAccepted:
-		h.respond(w, r, http.StatusAccepted, operationBody{Operation: res.Operation})
+		h.respond(w, r, http.StatusAccepted, osbapi.OperationResponse{Operation: res.Operation})
 	default:
 		h.fail(w, r, fmt.Errorf("engine returned unknown outcome %d", res.Outcome))
 	}
@@ -282,7 +235,7 @@ func (h *Handler) respondLastOperation(w http.ResponseWriter, r *http.Request, o
 	}
 	switch op.State {
 	case engine.OpInProgress, engine.OpSucceeded, engine.OpFailed:
-		h.respond(w, r, http.StatusOK, lastOperationBody{State: op.State, Description: op.Description})
+		h.respond(w, r, http.StatusOK, osbapi.LastOperation{State: string(op.State), Description: op.Description})
 	default:
 		h.fail(w, r, fmt.Errorf("engine returned unknown operation state %q", op.State))
 	}

@@ -3,11 +3,11 @@ package osbclient
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/bucketbroker/bucketbroker/internal/osbapi"
 )
 
 // Catalog is the upstream's GET /v2/catalog answer.
@@ -63,16 +63,31 @@ func (c *Client) Catalog(ctx context.Context) (*Catalog, error) {
 	return &cat, nil
 }
 
-// Call holds what every changing request may carry besides its body.
-type Call struct {
-	// AcceptsIncomplete sends accepts_incomplete=true.
-	AcceptsIncomplete bool `json:"-"`
-	// Identity is the X-Broker-API-Originating-Identity header's value
-	// ("platform base64(json)"), forwarded as the platform sent it.
-	Identity string `json:"-"`
-}
+// The OSB wire types the client sends and receives (see internal/osbapi).
+// Call's AcceptsIncomplete sends accepts_incomplete=true; its Identity is
+// forwarded as the platform sent it.
+type (
+	Call             = osbapi.Call
+	MaintenanceInfo  = osbapi.MaintenanceInfo
+	ProvisionRequest = osbapi.ProvisionRequest
+	UpdateRequest    = osbapi.UpdateRequest
+	BindRequest      = osbapi.BindRequest
+	InstanceResponse = osbapi.InstanceResponse
+	DeleteResponse   = osbapi.OperationResponse
+	LastOperation    = osbapi.LastOperation
+	Instance         = osbapi.Instance
+	Binding          = osbapi.Binding
+)
 
-func (c Call) query(q url.Values) url.Values {
+// The states of a last_operation answer.
+const (
+	StateInProgress = osbapi.StateInProgress
+	StateSucceeded  = osbapi.StateSucceeded
+	StateFailed     = osbapi.StateFailed
+)
+
+// query adds c's accepts_incomplete to q.
+func query(c Call, q url.Values) url.Values {
 	if q == nil {
 		q = url.Values{}
 	}
@@ -81,31 +96,6 @@ func (c Call) query(q url.Values) url.Values {
 	}
 	return q
 }
-
-// ProvisionRequest is the body of a provision.
-type ProvisionRequest struct {
-	Call
-	ServiceID        string          `json:"service_id"`
-	PlanID           string          `json:"plan_id"`
-	OrganizationGUID string          `json:"organization_guid,omitempty"`
-	SpaceGUID        string          `json:"space_guid,omitempty"`
-	Context          json.RawMessage `json:"context,omitempty"`
-	Parameters       json.RawMessage `json:"parameters,omitempty"`
-	MaintenanceInfo  json.RawMessage `json:"maintenance_info,omitempty"`
-}
-
-// InstanceResponse is the answer to a provision or an update.
-type InstanceResponse struct {
-	// Status is 200 (exists already, identical), 201 (created) or 202
-	// (accepted: poll Operation).
-	Status       int             `json:"-"`
-	DashboardURL string          `json:"dashboard_url,omitempty"`
-	Operation    string          `json:"operation,omitempty"`
-	Metadata     json.RawMessage `json:"metadata,omitempty"`
-}
-
-// Async reports whether the upstream accepted the request to finish later.
-func (r *InstanceResponse) Async() bool { return r.Status == http.StatusAccepted }
 
 func instancePath(id string) string { return "/v2/service_instances/" + url.PathEscape(id) }
 
@@ -118,25 +108,13 @@ func (c *Client) Provision(ctx context.Context, id string, req ProvisionRequest)
 	return c.instanceChange(ctx, http.MethodPut, instancePath(id), req.Call, req, http.StatusOK, http.StatusCreated, http.StatusAccepted)
 }
 
-// UpdateRequest is the body of an update. PlanID is empty when the plan
-// does not change.
-type UpdateRequest struct {
-	Call
-	ServiceID       string          `json:"service_id"`
-	PlanID          string          `json:"plan_id,omitempty"`
-	Context         json.RawMessage `json:"context,omitempty"`
-	Parameters      json.RawMessage `json:"parameters,omitempty"`
-	PreviousValues  json.RawMessage `json:"previous_values,omitempty"`
-	MaintenanceInfo json.RawMessage `json:"maintenance_info,omitempty"`
-}
-
 // Update changes instance id.
 func (c *Client) Update(ctx context.Context, id string, req UpdateRequest) (*InstanceResponse, error) {
 	return c.instanceChange(ctx, http.MethodPatch, instancePath(id), req.Call, req, http.StatusOK, http.StatusAccepted)
 }
 
 func (c *Client) instanceChange(ctx context.Context, method, path string, call Call, body any, ok ...int) (*InstanceResponse, error) {
-	status, data, err := c.call(ctx, method, path, call.query(nil), body, call.Identity, ok...)
+	status, data, err := c.call(ctx, method, path, query(call, nil), body, call.Identity, ok...)
 	if err != nil {
 		return nil, err
 	}
@@ -155,18 +133,8 @@ type DeleteRequest struct {
 }
 
 func (r DeleteRequest) values() url.Values {
-	return r.query(url.Values{"service_id": {r.ServiceID}, "plan_id": {r.PlanID}})
+	return query(r.Call, url.Values{"service_id": {r.ServiceID}, "plan_id": {r.PlanID}})
 }
-
-// DeleteResponse is the answer to a deprovision or unbind: Status 200 (done)
-// or 202 (poll Operation). 410 Gone is an *Error.
-type DeleteResponse struct {
-	Status    int    `json:"-"`
-	Operation string `json:"operation,omitempty"`
-}
-
-// Async reports whether the upstream accepted the request to finish later.
-func (r *DeleteResponse) Async() bool { return r.Status == http.StatusAccepted }
 
 // Deprovision deletes instance id.
 func (c *Client) Deprovision(ctx context.Context, id string, req DeleteRequest) (*DeleteResponse, error) {
@@ -206,21 +174,6 @@ func (r PollRequest) values() url.Values {
 	return q
 }
 
-// The states of a last_operation answer.
-const (
-	StateInProgress = "in progress"
-	StateSucceeded  = "succeeded"
-	StateFailed     = "failed"
-)
-
-// LastOperation is a last_operation answer.
-type LastOperation struct {
-	State            string `json:"state"`
-	Description      string `json:"description,omitempty"`
-	InstanceUsable   *bool  `json:"instance_usable,omitempty"`
-	UpdateRepeatable *bool  `json:"update_repeatable,omitempty"`
-}
-
 // InstanceLastOperation polls an operation on instance id. 410 Gone (the
 // instance is deleted, which ends a deprovision) is an *Error.
 func (c *Client) InstanceLastOperation(ctx context.Context, id string, req PollRequest) (*LastOperation, error) {
@@ -248,16 +201,6 @@ func (c *Client) poll(ctx context.Context, path string, req PollRequest) (*LastO
 	return nil, &Error{Method: http.MethodGet, Path: path, Status: status, Description: "last_operation state " + strconv.Quote(bound(op.State)) + " is none of the spec's"}
 }
 
-// Instance is a GET of an instance.
-type Instance struct {
-	ServiceID       string          `json:"service_id,omitempty"`
-	PlanID          string          `json:"plan_id,omitempty"`
-	DashboardURL    string          `json:"dashboard_url,omitempty"`
-	Parameters      json.RawMessage `json:"parameters,omitempty"`
-	MaintenanceInfo json.RawMessage `json:"maintenance_info,omitempty"`
-	Metadata        json.RawMessage `json:"metadata,omitempty"`
-}
-
 // GetInstance fetches instance id (for a service with
 // instances_retrievable). 404 is an *Error.
 func (c *Client) GetInstance(ctx context.Context, id string, req PollRequest) (*Instance, error) {
@@ -274,53 +217,10 @@ func (c *Client) GetInstance(ctx context.Context, id string, req PollRequest) (*
 	return &in, nil
 }
 
-// BindRequest is the body of a bind.
-type BindRequest struct {
-	Call
-	ServiceID    string          `json:"service_id"`
-	PlanID       string          `json:"plan_id"`
-	AppGUID      string          `json:"app_guid,omitempty"`
-	BindResource json.RawMessage `json:"bind_resource,omitempty"`
-	Context      json.RawMessage `json:"context,omitempty"`
-	Parameters   json.RawMessage `json:"parameters,omitempty"`
-	// PredecessorBindingID rotates that binding (OSB 2.17; only for a
-	// binding_rotatable plan).
-	PredecessorBindingID string `json:"predecessor_binding_id,omitempty"`
-}
-
-// Binding is a bind answer or a GET of a binding. Credentials stay raw:
-// the caller seals them. Its String and LogValue forms show
-// only their size, so a Binding printed or logged by mistake leaks nothing.
-type Binding struct {
-	// Status is 200 (exists already, identical), 201 (created) or 202
-	// (accepted: poll Operation); zero for a GET.
-	Status          int             `json:"-"`
-	Credentials     json.RawMessage `json:"credentials,omitempty"`
-	SyslogDrainURL  string          `json:"syslog_drain_url,omitempty"`
-	RouteServiceURL string          `json:"route_service_url,omitempty"`
-	VolumeMounts    json.RawMessage `json:"volume_mounts,omitempty"`
-	Endpoints       json.RawMessage `json:"endpoints,omitempty"`
-	Parameters      json.RawMessage `json:"parameters,omitempty"`
-	Metadata        json.RawMessage `json:"metadata,omitempty"`
-	Operation       string          `json:"operation,omitempty"`
-}
-
-// Async reports whether the upstream accepted the bind to finish later.
-func (b *Binding) Async() bool { return b.Status == http.StatusAccepted }
-
-// String describes the binding without its credentials (fmt's %v and %+v
-// use it too).
-func (b Binding) String() string {
-	return fmt.Sprintf("binding{status %d, operation %q, credentials %d bytes (redacted)}", b.Status, b.Operation, len(b.Credentials))
-}
-
-// LogValue is String for log/slog.
-func (b Binding) LogValue() slog.Value { return slog.StringValue(b.String()) }
-
 // Bind creates binding bindingID of instance instanceID.
 func (c *Client) Bind(ctx context.Context, instanceID, bindingID string, req BindRequest) (*Binding, error) {
 	path := bindingPath(instanceID, bindingID)
-	status, data, err := c.call(ctx, http.MethodPut, path, req.query(nil), req, req.Identity, http.StatusOK, http.StatusCreated, http.StatusAccepted)
+	status, data, err := c.call(ctx, http.MethodPut, path, query(req.Call, nil), req, req.Identity, http.StatusOK, http.StatusCreated, http.StatusAccepted)
 	if err != nil {
 		return nil, err
 	}

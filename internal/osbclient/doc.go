@@ -26,5 +26,7 @@
 // the context has none), every response body is read through a limit, and
 // every request carries X-Broker-API-Version, basic auth and, when given,
 // the platform's X-Broker-API-Originating-Identity. Credentials the upstream
-// returns are kept as raw JSON and never formatted into an error.
+// returns are kept as raw JSON and never formatted into an error. The
+// request and answer bodies are internal/osbapi's, which the door shares;
+// the names here are aliases of them.
 package osbclient

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/bucketbroker/bucketbroker/internal/osbapi"
 )
 
 // The error codes of the OSB spec (v2.17, "Service Broker Errors").
@@ -53,13 +55,13 @@ func (e *Error) Error() string {
 func newError(method, path string, status int, body []byte) *Error {
 	e := &Error{Method: method, Path: path, Status: status}
 	var wire struct {
-		Error            string `json:"error"`
-		Description      string `json:"description"`
-		InstanceUsable   *bool  `json:"instance_usable"`
-		UpdateRepeatable *bool  `json:"update_repeatable"`
+		osbapi.Error
+		// Detail, bucketbroker's own field, is not read from an
+		// upstream: a value of any kind leaves the body an error object.
+		Detail json.RawMessage `json:"detail"`
 	}
 	if json.Unmarshal(body, &wire) == nil {
-		e.Code, e.Description = bound(wire.Error), bound(wire.Description)
+		e.Code, e.Description = bound(wire.Error.Error), bound(wire.Description)
 		e.InstanceUsable, e.UpdateRepeatable = wire.InstanceUsable, wire.UpdateRepeatable
 		return e
 	}

@@ -73,7 +73,7 @@ func checkReadable(data []byte) error {
 	if len(data) > MaxRecordBytes {
 		return fmt.Errorf("%d bytes, more than the %d a record may have", len(data), MaxRecordBytes)
 	}
-	if d := jsonnest.Depth(data); d > MaxRecordDepth {
+	if d, over := jsonnest.Exceeds(data, MaxRecordDepth); over {
 		return fmt.Errorf("nests %d levels deep, more than the %d a record may", d, MaxRecordDepth)
 	}
 	return nil

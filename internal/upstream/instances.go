@@ -503,10 +503,9 @@ func (u *Upstream) deleted(ctx context.Context, w *engine.Work) error {
 }
 
 // maintenanceInfo is the maintenance_info object of a version ("": none).
-func maintenanceInfo(version string) json.RawMessage {
+func maintenanceInfo(version string) *osbclient.MaintenanceInfo {
 	if version == "" {
 		return nil
 	}
-	b, _ := json.Marshal(map[string]string{"version": version})
-	return b
+	return &osbclient.MaintenanceInfo{Version: version}
 }

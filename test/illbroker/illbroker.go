@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/bucketbroker/bucketbroker/internal/osbapi"
 )
 
 // The catalog's service and plans. PlanSync provisions and deprovisions
@@ -257,16 +259,9 @@ func (s *Server) advance() {
 	}
 }
 
-type provisionBody struct {
-	ServiceID  string          `json:"service_id"`
-	PlanID     string          `json:"plan_id"`
-	Context    json.RawMessage `json:"context"`
-	Parameters json.RawMessage `json:"parameters"`
-}
-
 func (s *Server) provision(w http.ResponseWriter, r *http.Request, body []byte) {
 	id := r.PathValue("i")
-	var req provisionBody
+	var req osbapi.ProvisionRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"description": "malformed body"})
 		return
@@ -338,7 +333,7 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request, body []byte) {
 			"description": "The Service Broker does not support concurrent requests that mutate the same resource."})
 		return
 	}
-	var req provisionBody
+	var req osbapi.UpdateRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"description": "malformed body"})
 		return
@@ -423,14 +418,9 @@ func (s *Server) lastOperation(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-type bindBody struct {
-	ServiceID string `json:"service_id"`
-	PlanID    string `json:"plan_id"`
-}
-
 func (s *Server) bind(w http.ResponseWriter, r *http.Request, body []byte) {
 	iid, bid := r.PathValue("i"), r.PathValue("b")
-	var req bindBody
+	var req osbapi.BindRequest
 	if err := json.Unmarshal(body, &req); err != nil || req.ServiceID != ServiceID {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"description": "malformed body or unknown service"})
 		return
