@@ -85,21 +85,3 @@ func mergeParams(current, update json.RawMessage) (json.RawMessage, error) {
 	}
 	return canonicalObject(b)
 }
-
-// instanceParams are the instance parameters the engine acts on; the plan's
-// schema has already checked them.
-type instanceParams struct {
-	PurgeOnDelete *bool             `json:"purge_on_delete"`
-	Labels        map[string]string `json:"labels"`
-}
-
-type bindingParams struct {
-	Access string `json:"access"`
-}
-
-func decodeParams(raw json.RawMessage, into any) error {
-	if len(raw) == 0 {
-		return nil
-	}
-	return json.Unmarshal(raw, into)
-}

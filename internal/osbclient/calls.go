@@ -63,20 +63,30 @@ func (c *Client) Catalog(ctx context.Context) (*Catalog, error) {
 	return &cat, nil
 }
 
-// The OSB wire types the client sends and receives (see internal/osbapi).
-// Call's AcceptsIncomplete sends accepts_incomplete=true; its Identity is
-// forwarded as the platform sent it.
+// The OSB wire types the client sends and receives are declared in
+// internal/osbapi, for the door, this client and the ill broker alike.
 type (
-	Call             = osbapi.Call
-	MaintenanceInfo  = osbapi.MaintenanceInfo
+	// Call is what every call carries: AcceptsIncomplete sends
+	// accepts_incomplete=true; Identity is forwarded as the platform sent it.
+	Call = osbapi.Call
+	// MaintenanceInfo is a plan's or request's maintenance_info.
+	MaintenanceInfo = osbapi.MaintenanceInfo
+	// ProvisionRequest is the body of a provision.
 	ProvisionRequest = osbapi.ProvisionRequest
-	UpdateRequest    = osbapi.UpdateRequest
-	BindRequest      = osbapi.BindRequest
+	// UpdateRequest is the body of an update.
+	UpdateRequest = osbapi.UpdateRequest
+	// BindRequest is the body of a bind.
+	BindRequest = osbapi.BindRequest
+	// InstanceResponse answers a provision or an update.
 	InstanceResponse = osbapi.InstanceResponse
-	DeleteResponse   = osbapi.OperationResponse
-	LastOperation    = osbapi.LastOperation
-	Instance         = osbapi.Instance
-	Binding          = osbapi.Binding
+	// DeleteResponse answers a deprovision or an unbind.
+	DeleteResponse = osbapi.OperationResponse
+	// LastOperation answers a poll of last_operation.
+	LastOperation = osbapi.LastOperation
+	// Instance answers a GET of an instance.
+	Instance = osbapi.Instance
+	// Binding answers a bind or a GET of a binding.
+	Binding = osbapi.Binding
 )
 
 // The states of a last_operation answer.
