@@ -116,7 +116,7 @@ func (b *Backend) Bind(ctx context.Context, w *engine.Work) error {
 //     and that holder deletes its key itself (dropKey); if the other's
 //     wins, this write is refused, this holder deletes its own key and
 //     answers nothing, and the other holder's bind (its key call found
-//     the user existing, so NewUser was false) deletes the rest as before;
+//     the user existing, so NewUser was false) deletes the other keys;
 //   - a key made by a request carried out twice was never seen by anyone.
 //
 // So skipping onlyKey neither deletes a key someone was given (it deletes

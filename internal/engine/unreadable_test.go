@@ -45,9 +45,9 @@ func nest(t *testing.T, statePath string, kind engine.Kind, id string, depth int
 	}
 }
 
-// TestUnreadableRecordIsolated: one record that cannot be decoded no longer
-// takes the broker down. Start-up and the sweep skip it (start-up used to
-// fail with "list unfinished operations: ... exceeded max depth" on every
+// TestUnreadableRecordIsolated: one record that cannot be decoded does not
+// take the broker down. Start-up and the sweep skip it (rather than fail
+// with "list unfinished operations: ... exceeded max depth" on every
 // start), every other record's operations go on, and a deprovision whose
 // instance has such a binding waits for it rather than delete the bucket
 // past a credential nobody can revoke, and says how to repair it. After

@@ -119,7 +119,7 @@
 // if the marker is whole (a CRC) and run/ and objects/ are as recorded.
 // So a start after a kill, or after an older bucketbroker, a hand edit or
 // another server ran on the data dir (each changes a stamp), does the
-// full walk as before; a marker that is not used is reported once (Warn).
+// full walk of every bucket; a marker that is not used is reported once (Warn).
 //
 // After a kill the bucket repair need not walk either: the damage is
 // made by the calls the kill interrupted, and each names its bucket. The
