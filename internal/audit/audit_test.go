@@ -26,6 +26,7 @@ import (
 	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
 	"github.com/bucketbroker/bucketbroker/internal/engine"
 	"github.com/bucketbroker/bucketbroker/internal/s3gateway"
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 	"github.com/bucketbroker/bucketbroker/internal/secretbox"
 	"github.com/bucketbroker/bucketbroker/internal/store/sqlite"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
@@ -150,9 +151,9 @@ func newWorld(t *testing.T, cfg s3iam.Config) *world {
 		prefix: "au" + randomHex(4),
 		store:  store,
 		drv:    drv,
-		s3: s3.New(s3.Options{Region: cfg.Region, BaseEndpoint: &cfg.S3Endpoint, UsePathStyle: true, Credentials: creds,
+		s3: s3.New(s3.Options{HTTPClient: sdkhttp.Client(nil), Region: cfg.Region, BaseEndpoint: &cfg.S3Endpoint, UsePathStyle: true, Credentials: creds,
 			RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired}),
-		iam: iam.New(iam.Options{Region: "us-east-1", BaseEndpoint: &cfg.IAMEndpoint, Credentials: creds}),
+		iam: iam.New(iam.Options{HTTPClient: sdkhttp.Client(nil), Region: "us-east-1", BaseEndpoint: &cfg.IAMEndpoint, Credentials: creds}),
 	}
 }
 

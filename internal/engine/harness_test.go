@@ -33,6 +33,7 @@ import (
 	"github.com/bucketbroker/bucketbroker/internal/engine"
 	"github.com/bucketbroker/bucketbroker/internal/osb"
 	"github.com/bucketbroker/bucketbroker/internal/s3gateway"
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 	"github.com/bucketbroker/bucketbroker/internal/secretbox"
 	"github.com/bucketbroker/bucketbroker/internal/store/postgres"
 	"github.com/bucketbroker/bucketbroker/internal/store/sqlite"
@@ -392,22 +393,18 @@ func backendClient(o harnessOpts) *http.Client {
 }
 
 // s3Client and iamClient reach the embedded server through hc (nil: the
-// SDK's default client).
+// SDK's default client), with the fix of internal/sdkhttp.
 func s3Client(ak, sk string, hc *http.Client) *s3.Client {
 	o := s3.Options{Region: gw.Region(), BaseEndpoint: aws.String(gw.S3Endpoint()), UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider(ak, sk, "")}
-	if hc != nil {
-		o.HTTPClient = hc
-	}
+	o.HTTPClient = sdkhttp.Client(hc)
 	return s3.New(o)
 }
 
 func iamClient(hc *http.Client) *iam.Client {
 	o := iam.Options{Region: gw.Region(), BaseEndpoint: aws.String(gw.IAMEndpoint()),
 		Credentials: credentials.NewStaticCredentialsProvider(rootAK, rootSK, "")}
-	if hc != nil {
-		o.HTTPClient = hc
-	}
+	o.HTTPClient = sdkhttp.Client(hc)
 	return iam.New(o)
 }
 

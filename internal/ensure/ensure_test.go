@@ -23,6 +23,7 @@ import (
 	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
 	"github.com/bucketbroker/bucketbroker/internal/ensure"
 	"github.com/bucketbroker/bucketbroker/internal/s3gateway"
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
@@ -84,8 +85,8 @@ func newBackend(t *testing.T) backend {
 	creds := credentials.NewStaticCredentialsProvider(rootAK, rootSK, "")
 	return backend{
 		d:   d,
-		s3:  s3.New(s3.Options{Region: gw.Region(), BaseEndpoint: aws.String(gw.S3Endpoint()), UsePathStyle: true, Credentials: creds}),
-		iam: iam.New(iam.Options{Region: gw.Region(), BaseEndpoint: aws.String(gw.IAMEndpoint()), Credentials: creds}),
+		s3:  s3.New(s3.Options{HTTPClient: sdkhttp.Client(nil), Region: gw.Region(), BaseEndpoint: aws.String(gw.S3Endpoint()), UsePathStyle: true, Credentials: creds}),
+		iam: iam.New(iam.Options{HTTPClient: sdkhttp.Client(nil), Region: gw.Region(), BaseEndpoint: aws.String(gw.IAMEndpoint()), Credentials: creds}),
 	}
 }
 

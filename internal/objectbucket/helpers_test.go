@@ -35,6 +35,7 @@ import (
 	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
 	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
 	"github.com/bucketbroker/bucketbroker/internal/s3gateway"
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 	"github.com/bucketbroker/bucketbroker/test/harness"
 )
@@ -100,7 +101,7 @@ func backendDriver(hc *http.Client) (*s3iam.Driver, error) {
 
 // s3As is an S3 client of the embedded server with the given keys.
 func s3As(ak, sk string) *s3.Client {
-	return s3.New(s3.Options{
+	return s3.New(s3.Options{HTTPClient: sdkhttp.Client(nil),
 		Region: backend.region, BaseEndpoint: aws.String(backend.s3URL), UsePathStyle: true,
 		Credentials:                credentials.NewStaticCredentialsProvider(ak, sk, ""),
 		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
@@ -112,7 +113,7 @@ func rootS3() *s3.Client { return s3As(backend.rootAK, backend.rootSK) }
 
 // rootIAM is an IAM client of the embedded server with the root keys.
 func rootIAM() *iam.Client {
-	return iam.New(iam.Options{
+	return iam.New(iam.Options{HTTPClient: sdkhttp.Client(nil),
 		Region: s3gateway.IAMRegion, BaseEndpoint: aws.String(backend.iamURL),
 		Credentials: credentials.NewStaticCredentialsProvider(backend.rootAK, backend.rootSK, ""),
 	})

@@ -16,10 +16,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 )
 
 func iamClient(srv *Server, cfg Config) *iam.Client {
-	return iam.New(iam.Options{
+	return iam.New(iam.Options{HTTPClient: sdkhttp.Client(nil),
 		Region: IAMRegion, BaseEndpoint: aws.String(srv.IAMEndpoint()), Retryer: aws.NopRetryer{},
 		Credentials: credentials.NewStaticCredentialsProvider(cfg.RootAccessKey, cfg.RootSecretKey, ""),
 	})

@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
+
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 )
 
 // TestListUsersDuringChanges pages ListUsers as the root user, with the
@@ -31,7 +33,7 @@ func listUsersDuringChanges(t *testing.T, churnEndpoint func(*Server) string) {
 	srv := start(t, cfg)
 	creds := credentials.NewStaticCredentialsProvider(cfg.RootAccessKey, cfg.RootSecretKey, "")
 	newIAM := func(endpoint string) *iam.Client {
-		return iam.New(iam.Options{Region: IAMRegion, BaseEndpoint: aws.String(endpoint), Credentials: creds, Retryer: aws.NopRetryer{}})
+		return iam.New(iam.Options{HTTPClient: sdkhttp.Client(nil), Region: IAMRegion, BaseEndpoint: aws.String(endpoint), Credentials: creds, Retryer: aws.NopRetryer{}})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
@@ -72,7 +74,7 @@ func listUsersDuringChanges(t *testing.T, churnEndpoint func(*Server) string) {
 	var listers sync.WaitGroup
 	for range 4 {
 		listers.Go(func() {
-			c := iam.New(iam.Options{Region: IAMRegion, BaseEndpoint: aws.String(srv.IAMEndpoint()), Credentials: creds, Retryer: aws.NopRetryer{}})
+			c := iam.New(iam.Options{HTTPClient: sdkhttp.Client(nil), Region: IAMRegion, BaseEndpoint: aws.String(srv.IAMEndpoint()), Credentials: creds, Retryer: aws.NopRetryer{}})
 			for pages.Load() < 400 && ctx.Err() == nil {
 				p := iam.NewListUsersPaginator(c, &iam.ListUsersInput{MaxItems: aws.Int32(100)})
 				for p.HasMorePages() {

@@ -16,6 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 	"github.com/google/go-cmp/cmp"
 	"github.com/versity/versitygw/iamapi/storage"
 	"github.com/versity/versitygw/iamapi/types"
@@ -285,7 +287,7 @@ func TestIAMUsersPersistAcrossRestart(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
 	bucket := "scoped-" + randomKey(t)
 	first := start(t, cfg)
-	rootIAM := iam.New(iam.Options{
+	rootIAM := iam.New(iam.Options{HTTPClient: sdkhttp.Client(nil),
 		Region: IAMRegion, BaseEndpoint: aws.String(first.IAMEndpoint()), Retryer: aws.NopRetryer{},
 		Credentials: credentials.NewStaticCredentialsProvider(cfg.RootAccessKey, cfg.RootSecretKey, ""),
 	})
@@ -314,7 +316,7 @@ func TestIAMUsersPersistAcrossRestart(t *testing.T) {
 	if _, err := app.ListBuckets(ctx, &s3.ListBucketsInput{}); apiCode(err) != "AccessDenied" {
 		t.Errorf("ListBuckets with a key scoped to one bucket: got %v, want AccessDenied", err)
 	}
-	rootIAM = iam.New(iam.Options{
+	rootIAM = iam.New(iam.Options{HTTPClient: sdkhttp.Client(nil),
 		Region: IAMRegion, BaseEndpoint: aws.String(second.IAMEndpoint()), Retryer: aws.NopRetryer{},
 		Credentials: credentials.NewStaticCredentialsProvider(cfg.RootAccessKey, cfg.RootSecretKey, ""),
 	})
@@ -438,7 +440,7 @@ func TestStartReadsNoUser(t *testing.T) {
 	if got := userReads.Load() - before; got != 0 {
 		t.Errorf("the start read %d users of %d, want none", got, n)
 	}
-	rootIAM := iam.New(iam.Options{
+	rootIAM := iam.New(iam.Options{HTTPClient: sdkhttp.Client(nil),
 		Region: IAMRegion, BaseEndpoint: aws.String(srv.IAMEndpoint()), Retryer: aws.NopRetryer{},
 		Credentials: credentials.NewStaticCredentialsProvider(cfg.RootAccessKey, cfg.RootSecretKey, ""),
 	})

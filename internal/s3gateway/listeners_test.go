@@ -17,6 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 	"github.com/gofiber/fiber/v3"
 	"github.com/google/go-cmp/cmp"
 	"github.com/valyala/fasthttp"
@@ -69,7 +71,7 @@ func TestSlowClientsAreCut(t *testing.T) {
 	srv := start(t, cfg)
 	creds := credentials.NewStaticCredentialsProvider(cfg.RootAccessKey, cfg.RootSecretKey, "")
 	head := func(endpoint string) func(context.Context) error {
-		c := s3.New(s3.Options{Region: srv.Region(), BaseEndpoint: aws.String(endpoint), UsePathStyle: true,
+		c := s3.New(s3.Options{HTTPClient: sdkhttp.Client(nil), Region: srv.Region(), BaseEndpoint: aws.String(endpoint), UsePathStyle: true,
 			Credentials: creds, Retryer: aws.NopRetryer{}})
 		return func(ctx context.Context) error {
 			_, err := c.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String("no-such-bucket")})
@@ -80,7 +82,7 @@ func TestSlowClientsAreCut(t *testing.T) {
 		}
 	}
 	getUser := func(endpoint string) func(context.Context) error {
-		c := iam.New(iam.Options{Region: IAMRegion, BaseEndpoint: aws.String(endpoint), Credentials: creds, Retryer: aws.NopRetryer{}})
+		c := iam.New(iam.Options{HTTPClient: sdkhttp.Client(nil), Region: IAMRegion, BaseEndpoint: aws.String(endpoint), Credentials: creds, Retryer: aws.NopRetryer{}})
 		return func(ctx context.Context) error {
 			_, err := c.GetUser(ctx, &iam.GetUserInput{UserName: aws.String("no-such-user")})
 			if apiCode(err) == "NoSuchEntity" {

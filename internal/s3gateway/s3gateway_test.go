@@ -24,6 +24,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 )
 
 // The tests in this package run one after another: versitygw allows one
@@ -86,7 +88,7 @@ func s3Client(srv *Server, access, secret string) *s3.Client {
 }
 
 func s3ClientAt(endpoint, region, access, secret string) *s3.Client {
-	return s3.New(s3.Options{
+	return s3.New(s3.Options{HTTPClient: sdkhttp.Client(nil),
 		Region:       region,
 		BaseEndpoint: aws.String(endpoint),
 		UsePathStyle: true,
@@ -120,7 +122,7 @@ func TestStartServesS3AndIAM(t *testing.T) {
 		t.Fatalf("ListBuckets with root keys: %v", err)
 	}
 
-	rootIAM := iam.New(iam.Options{
+	rootIAM := iam.New(iam.Options{HTTPClient: sdkhttp.Client(nil),
 		Region:       IAMRegion,
 		BaseEndpoint: aws.String(srv.IAMEndpoint()),
 		Credentials:  credentials.NewStaticCredentialsProvider(cfg.RootAccessKey, cfg.RootSecretKey, ""),
@@ -340,7 +342,7 @@ func TestStopAfterManyConnections(t *testing.T) {
 		t.Fatalf("Start: %v", err)
 	}
 	s3c := s3Client(srv, cfg.RootAccessKey, cfg.RootSecretKey)
-	iamc := iam.New(iam.Options{
+	iamc := iam.New(iam.Options{HTTPClient: sdkhttp.Client(nil),
 		Region: IAMRegion, BaseEndpoint: aws.String(srv.IAMEndpoint()), Retryer: aws.NopRetryer{},
 		Credentials: credentials.NewStaticCredentialsProvider(cfg.RootAccessKey, cfg.RootSecretKey, ""),
 	})

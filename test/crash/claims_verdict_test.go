@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 	"github.com/bucketbroker/bucketbroker/test/harness"
 )
@@ -28,7 +29,7 @@ func TestClaimVerdictsCatchFaults(t *testing.T) {
 	}
 	be := setup.ctl.Backend
 	ctx := context.Background()
-	iamc := iam.New(iam.Options{Region: "us-east-1", BaseEndpoint: aws.String(be.IAM),
+	iamc := iam.New(iam.Options{HTTPClient: sdkhttp.Client(nil), Region: "us-east-1", BaseEndpoint: aws.String(be.IAM),
 		Credentials: credentials.NewStaticCredentialsProvider(be.AccessKey, be.SecretKey, "")})
 	user := aws.String(driver.UserName(harness.ControllerPrefix, "claim", string(setup.uid)))
 

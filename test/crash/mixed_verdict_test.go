@@ -15,6 +15,7 @@ import (
 
 	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
 	"github.com/bucketbroker/bucketbroker/internal/engine"
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 	"github.com/bucketbroker/bucketbroker/test/harness"
 )
@@ -68,8 +69,8 @@ func TestMixedVerdictsCatchFaults(t *testing.T) {
 
 	ctx := context.Background()
 	root := credentials.NewStaticCredentialsProvider(b.Backend.AccessKey, b.Backend.SecretKey, "")
-	s3c := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(b.Backend.S3), UsePathStyle: true, Credentials: root})
-	iamc := iam.New(iam.Options{Region: "us-east-1", BaseEndpoint: aws.String(b.Backend.IAM), Credentials: root})
+	s3c := s3.New(s3.Options{HTTPClient: sdkhttp.Client(nil), Region: "us-east-1", BaseEndpoint: aws.String(b.Backend.S3), UsePathStyle: true, Credentials: root})
+	iamc := iam.New(iam.Options{HTTPClient: sdkhttp.Client(nil), Region: "us-east-1", BaseEndpoint: aws.String(b.Backend.IAM), Credentials: root})
 	data, plain := insts[0], insts[1]
 	for _, tc := range []struct {
 		name, reason string

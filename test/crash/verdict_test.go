@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 	"github.com/bucketbroker/bucketbroker/test/harness"
 )
 
@@ -30,8 +31,8 @@ func TestVerdictsCatchFaults(t *testing.T) {
 	key := rep.Creds()["access_key_id"].(string)
 	ctx := context.Background()
 	root := credentials.NewStaticCredentialsProvider(b.Backend.AccessKey, b.Backend.SecretKey, "")
-	s3c := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(b.Backend.S3), UsePathStyle: true, Credentials: root})
-	iamc := iam.New(iam.Options{Region: "us-east-1", BaseEndpoint: aws.String(b.Backend.IAM), Credentials: root})
+	s3c := s3.New(s3.Options{HTTPClient: sdkhttp.Client(nil), Region: "us-east-1", BaseEndpoint: aws.String(b.Backend.S3), UsePathStyle: true, Credentials: root})
+	iamc := iam.New(iam.Options{HTTPClient: sdkhttp.Client(nil), Region: "us-east-1", BaseEndpoint: aws.String(b.Backend.IAM), Credentials: root})
 
 	cases := map[string]struct {
 		reason string

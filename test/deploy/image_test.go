@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 	"github.com/bucketbroker/bucketbroker/test/harness"
 )
 
@@ -317,7 +318,7 @@ func TestImageController(t *testing.T) {
 		t.Fatalf("claim's ConfigMap: %v", err)
 	}
 	bucket := cm.Data["BUCKET_NAME"]
-	s3c := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String("http://" + s3Addr), UsePathStyle: true,
+	s3c := s3.New(s3.Options{HTTPClient: sdkhttp.Client(nil), Region: "us-east-1", BaseEndpoint: aws.String("http://" + s3Addr), UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider(string(secret.Data["AWS_ACCESS_KEY_ID"]), string(secret.Data["AWS_SECRET_ACCESS_KEY"]), "")})
 	if _, err := s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("hello"), Body: strings.NewReader("x")}); err != nil {
 		t.Errorf("put into the claim's bucket %q with the claim's keys: %v", bucket, err)

@@ -14,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 )
 
 // slowFlood holds n connections to addr, each sending half a request
@@ -142,7 +144,7 @@ func TestSlowClientsOnTheEmbeddedServer(t *testing.T) {
 	ak, _ := c["access_key_id"].(string)
 	sk, _ := c["secret_access_key"].(string)
 	bucket, _ := c["bucket"].(string)
-	app := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(b.Backend.S3), UsePathStyle: true,
+	app := s3.New(s3.Options{HTTPClient: sdkhttp.Client(nil), Region: "us-east-1", BaseEndpoint: aws.String(b.Backend.S3), UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider(ak, sk, ""), Retryer: aws.NopRetryer{}})
 	ctx, cancel := context.WithTimeout(context.Background(), usual)
 	defer cancel()

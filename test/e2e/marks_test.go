@@ -15,6 +15,8 @@ import (
 	iamtypes "github.com/aws/aws-sdk-go-v2/service/iam/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 )
 
 // TestRemovedMarkIsNeverDeleted: the S3 root user removes the owner mark
@@ -41,8 +43,8 @@ func TestRemovedMarkIsNeverDeleted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	root := credentials.NewStaticCredentialsProvider(b.Backend.AccessKey, b.Backend.SecretKey, "")
-	s3c := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(b.Backend.S3), UsePathStyle: true, Credentials: root})
-	iamc := iam.New(iam.Options{Region: "us-east-1", BaseEndpoint: aws.String(b.Backend.IAM), Credentials: root})
+	s3c := s3.New(s3.Options{HTTPClient: sdkhttp.Client(nil), Region: "us-east-1", BaseEndpoint: aws.String(b.Backend.S3), UsePathStyle: true, Credentials: root})
+	iamc := iam.New(iam.Options{HTTPClient: sdkhttp.Client(nil), Region: "us-east-1", BaseEndpoint: aws.String(b.Backend.IAM), Credentials: root})
 	users, err := iamc.ListUsers(ctx, &iam.ListUsersInput{PathPrefix: aws.String("/bucketbroker/")})
 	if err != nil || len(users.Users) != 1 {
 		t.Fatalf("ListUsers: %v, %v; want the binding's user alone", users, err)

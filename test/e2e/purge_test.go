@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 )
 
 // TestDeprovisionAfterKillMidPurge: kill -9 while the embedded server
@@ -35,7 +37,7 @@ func TestDeprovisionAfterKillMidPurge(t *testing.T) {
 	bucket, _ := c["bucket"].(string)
 	ak, _ := c["access_key_id"].(string)
 	sk, _ := c["secret_access_key"].(string)
-	app := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(b.Backend.S3), UsePathStyle: true,
+	app := s3.New(s3.Options{HTTPClient: sdkhttp.Client(nil), Region: "us-east-1", BaseEndpoint: aws.String(b.Backend.S3), UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider(ak, sk, "")})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

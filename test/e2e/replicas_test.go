@@ -24,6 +24,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 	"github.com/bucketbroker/bucketbroker/test/harness"
 )
 
@@ -206,7 +207,7 @@ func TestReplicasExactlyOnce(t *testing.T) {
 
 	// The backend: one bucket per instance, one user with one key per binding.
 	ctx := context.Background()
-	s3c := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(ext.s3), UsePathStyle: true,
+	s3c := s3.New(s3.Options{HTTPClient: sdkhttp.Client(nil), Region: "us-east-1", BaseEndpoint: aws.String(ext.s3), UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider(ext.ak, ext.sk, "")})
 	out, err := s3c.ListBuckets(ctx, &s3.ListBucketsInput{})
 	if err != nil {
@@ -221,7 +222,7 @@ func TestReplicasExactlyOnce(t *testing.T) {
 	if buckets != instances {
 		t.Errorf("buckets = %d, want %d", buckets, instances)
 	}
-	ic := iam.New(iam.Options{Region: "us-east-1", BaseEndpoint: aws.String(ext.iam),
+	ic := iam.New(iam.Options{HTTPClient: sdkhttp.Client(nil), Region: "us-east-1", BaseEndpoint: aws.String(ext.iam),
 		Credentials: credentials.NewStaticCredentialsProvider(ext.ak, ext.sk, "")})
 	users, err := ic.ListUsers(ctx, &iam.ListUsersInput{})
 	if err != nil {

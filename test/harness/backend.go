@@ -12,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	iamtypes "github.com/aws/aws-sdk-go-v2/service/iam/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 )
 
 // Backend is an S3 + IAM endpoint and its root keys, seen from the test.
@@ -28,7 +30,7 @@ func (be Backend) ours(name string) bool {
 }
 
 func (be Backend) s3(ak, sk string) *s3.Client {
-	return s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(be.S3), UsePathStyle: true,
+	return s3.New(s3.Options{HTTPClient: sdkhttp.Client(nil), Region: "us-east-1", BaseEndpoint: aws.String(be.S3), UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider(ak, sk, "")})
 }
 
@@ -54,7 +56,7 @@ func (be Backend) Buckets() ([]string, error) {
 func (be Backend) Keys() (map[string][]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := iam.New(iam.Options{Region: "us-east-1", BaseEndpoint: aws.String(be.IAM),
+	c := iam.New(iam.Options{HTTPClient: sdkhttp.Client(nil), Region: "us-east-1", BaseEndpoint: aws.String(be.IAM),
 		Credentials: credentials.NewStaticCredentialsProvider(be.AccessKey, be.SecretKey, "")})
 	var users []iamtypes.User
 	for p := iam.NewListUsersPaginator(c, &iam.ListUsersInput{}); p.HasMorePages(); {

@@ -14,13 +14,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
 // rootS3 is an S3 client of the package's server with its root keys: an
 // application, or the operator, writing beside the driver.
 func rootS3() *s3.Client {
-	return s3.New(s3.Options{
+	return s3.New(s3.Options{HTTPClient: sdkhttp.Client(nil),
 		Region:       server.Region(),
 		BaseEndpoint: aws.String(server.S3Endpoint()),
 		UsePathStyle: true,

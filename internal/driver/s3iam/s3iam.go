@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
@@ -155,8 +156,17 @@ func New(cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("s3iam: load AWS configuration: %w", err)
 		}
 	}
-	if cfg.HTTPClient != nil {
-		awsCfg.HTTPClient = cfg.HTTPClient
+	// cfg's client, the one the AWS configuration chose (a CA bundle of
+	// the environment) or the SDK's default, with the fix of
+	// internal/sdkhttp: without it, a call the server carried out can read
+	// as failed on a loaded machine, and be sent again.
+	switch {
+	case cfg.HTTPClient != nil:
+		awsCfg.HTTPClient = sdkhttp.Client(cfg.HTTPClient)
+	case awsCfg.HTTPClient != nil:
+		awsCfg.HTTPClient = sdkhttp.Wrap(awsCfg.HTTPClient)
+	default:
+		awsCfg.HTTPClient = sdkhttp.Client(nil)
 	}
 	// The standard retryer stays: bounded attempts with backoff. Its
 	// quota keeps a failing backend from being hammered.

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 	"github.com/bucketbroker/bucketbroker/pkg/driver/drivertest"
 )
@@ -105,7 +106,7 @@ func testNoSelfServiceKeys(t *testing.T, d *Driver, cfg Config) {
 	if err != nil {
 		t.Fatalf("EnsureCredential: %v", err)
 	}
-	self := iam.New(iam.Options{
+	self := iam.New(iam.Options{HTTPClient: sdkhttp.Client(nil),
 		Region:       defaultIAMRegion,
 		BaseEndpoint: &cfg.IAMEndpoint,
 		Credentials:  credentials.NewStaticCredentialsProvider(cred.AccessKeyID, cred.SecretAccessKey, ""),
