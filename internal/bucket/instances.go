@@ -98,7 +98,12 @@ func (b *Backend) Deprovision(ctx context.Context, w *engine.Work) error {
 			return w.Finish(ctx, err)
 		}
 		err = step(ctx, w, "delete bucket", func(ctx context.Context) error {
-			return ensure.DeleteBucket(ctx, b.driver, s.Bucket, s.Owner, purge, bucketCreation(s))
+			ctx, stopped := purgeProgress(ctx, w, s.Bucket)
+			err := ensure.DeleteBucket(ctx, b.driver, s.Bucket, s.Owner, purge, bucketCreation(s))
+			if serr := stopped(); serr != nil {
+				return serr
+			}
+			return err
 		})
 		if errors.Is(err, driver.ErrOwnedByOther) {
 			// Another owner's mark, on a bucket this instance never

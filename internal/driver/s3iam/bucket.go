@@ -614,6 +614,7 @@ func (d *Driver) deleteObjects(ctx context.Context, name string, ids []types.Obj
 			return fmt.Errorf("purge bucket %q: delete %q: %s: %s (and %d more in the batch)",
 				name, aws.ToString(e.Key), aws.ToString(e.Code), aws.ToString(e.Message), len(out.Errors)-1)
 		}
+		driver.Purged(ctx, n)
 		ids = ids[n:]
 	}
 	return nil

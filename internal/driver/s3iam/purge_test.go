@@ -3,6 +3,7 @@ package s3iam
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
@@ -120,4 +122,49 @@ func TestDeleteBucketSaysWhatItHolds(t *testing.T) {
 			t.Errorf("DeleteBucket once the directories are gone: %v", err)
 		}
 	})
+}
+
+// TestPurgeReportsProgress: a purge reports the objects it deleted so far
+// after each batch, so that a long one shows progress; the last report is
+// the whole count.
+func TestPurgeReportsProgress(t *testing.T) {
+	ctx := context.Background()
+	d := newDriver(t, serverConfig())
+	name := driver.BucketName("bbtest", "progress", randomHex(8))
+	if err := d.EnsureBucket(ctx, driver.BucketSpec{Name: name, Owner: "o"}); err != nil {
+		t.Fatalf("EnsureBucket: %v", err)
+	}
+	const objects = deleteBatch + 200
+	var puts errgroup.Group
+	puts.SetLimit(8)
+	c := rootS3()
+	for i := range objects {
+		puts.Go(func() error {
+			_, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: &name, Key: aws.String(fmt.Sprintf("o/%05d", i)), Body: strings.NewReader("x")})
+			return err
+		})
+	}
+	if err := puts.Wait(); err != nil {
+		t.Fatalf("PutObject: %v", err)
+	}
+	var (
+		mu      sync.Mutex
+		reports []int64
+	)
+	pctx := driver.WithPurgeProgress(ctx, func(deleted int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		reports = append(reports, deleted)
+	})
+	if err := d.DeleteBucket(pctx, name, "o", true); err != nil {
+		t.Fatalf("DeleteBucket with purge: %v", err)
+	}
+	if len(reports) < 2 || reports[len(reports)-1] != objects {
+		t.Fatalf("reports %v, want one per batch of at most %d, ending at %d", reports, deleteBatch, objects)
+	}
+	for i := 1; i < len(reports); i++ {
+		if reports[i] <= reports[i-1] {
+			t.Fatalf("reports %v do not grow", reports)
+		}
+	}
 }
