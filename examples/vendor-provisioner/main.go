@@ -89,6 +89,9 @@ func (d *memoryDriver) DeleteBucket(_ context.Context, name, owner string, _ boo
 }
 
 func (d *memoryDriver) EnsureCredential(_ context.Context, spec driver.CredentialSpec) (driver.Credential, error) {
+	if spec.Keys > driver.KeepOnlyKey || (spec.Keys == driver.KeepOnlyKey && spec.KeyID == "") {
+		return driver.Credential{}, fmt.Errorf("key mode %d with key id %q: %w", spec.Keys, spec.KeyID, driver.ErrInvalid)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	o, exists := d.users[spec.UserName]

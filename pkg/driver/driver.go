@@ -85,7 +85,8 @@ type BucketSpec struct {
 }
 
 // KeyMode says what EnsureCredential does with the user's access keys.
-// Each mode serves one purpose of the caller's.
+// Each mode serves one purpose of the caller's. Another value, or
+// KeepOnlyKey without a KeyID, is ErrInvalid.
 type KeyMode uint8
 
 const (

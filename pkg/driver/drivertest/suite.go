@@ -132,7 +132,7 @@ func Run(t *testing.T, cfg Config) {
 			"OwnedByOther":        s.testUserOwnedByOther,
 			"Unmarked":            s.testUserUnmarked,
 			"AdoptUnmarked":       s.testUserAdoptUnmarked,
-			"InvalidAccess":       s.testInvalidAccess,
+			"InvalidSpec":         s.testInvalidSpec,
 		}},
 		{"Names", map[string]func(*testing.T){
 			"DerivedNamesWork": s.testNames,
@@ -937,15 +937,24 @@ func (s *suite) testUserAdoptUnmarked(t *testing.T) {
 	}
 }
 
-func (s *suite) testInvalidAccess(t *testing.T) {
+func (s *suite) testInvalidSpec(t *testing.T) {
 	ctx := testContext(t)
 	n := s.newNames(t)
 	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
 	s.revokeAfter(t, n.user, n.owner)
-	_, err := s.cfg.Driver.EnsureCredential(ctx, driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: "admin"})
-	wantErrorIs(t, `EnsureCredential(Access "admin")`, err, driver.ErrInvalid)
-	if obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user}); obs.UserExists {
-		t.Errorf("EnsureCredential with an invalid access mode created user %q", n.user)
+	spec := driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite}
+	for what, bad := range map[string]func(*driver.CredentialSpec){
+		`Access "admin"`:            func(s *driver.CredentialSpec) { s.Access = "admin" },
+		"an unknown key mode":       func(s *driver.CredentialSpec) { s.Keys = driver.KeepOnlyKey + 1 },
+		"KeepOnlyKey without KeyID": func(s *driver.CredentialSpec) { s.Keys = driver.KeepOnlyKey },
+	} {
+		spec := spec
+		bad(&spec)
+		_, err := s.cfg.Driver.EnsureCredential(ctx, spec)
+		wantErrorIs(t, "EnsureCredential with "+what, err, driver.ErrInvalid)
+		if obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user}); obs.UserExists {
+			t.Errorf("EnsureCredential with %s created user %q", what, n.user)
+		}
 	}
 }
 
