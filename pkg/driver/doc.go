@@ -13,9 +13,9 @@
 // while its own durable record says it attempted the creation and has not
 // seen it succeed, which is when a crash between a create and its marking
 // can have left the caller's own resource unmarked. The caller serializes
-// calls for one resource, except that two callers of one credential may
-// overlap; the key modes (KeyMode) keep them from deleting each other's
-// recorded key.
+// the calls for one resource, but a caller paused past its lease can
+// overlap the next: the key modes (KeyMode) keep two callers of one
+// credential from deleting each other's recorded key.
 //
 // Owner marks are opaque strings chosen by the caller (OwnerMark). A
 // driver stores them on the backend resource itself (a bucket tag, an IAM
