@@ -179,11 +179,13 @@ type Driver interface {
 	// left untouched. A non-empty bucket is emptied first when purge is set,
 	// and is ErrBucketNotEmpty otherwise.
 	DeleteBucket(ctx context.Context, name, owner string, purge bool) error
-	// EnsureCredential makes the user (created if missing, adopted if it
-	// carries spec.Owner) and its bucket-scoped policy exist, writing the
-	// policy before any key is made so that no key is live with a stale
-	// scope, then handles its keys as spec.Keys says and returns the key
-	// it leaves for the caller.
+	// EnsureCredential makes the user (created if missing, except in
+	// KeepOnlyKey mode; adopted if it carries spec.Owner) and its
+	// bucket-scoped policy exist, the policy before any key is made so
+	// that no key is live with a stale scope, then handles the user's keys
+	// as spec.Keys says and returns the key it leaves for the caller. A
+	// user with another mark, or none (unless spec.AdoptUnmarked), is
+	// ErrOwnedByOther, untouched.
 	EnsureCredential(ctx context.Context, spec CredentialSpec) (Credential, error)
 	// RevokeCredential deletes the user's keys, policies and the user itself
 	// if it carries owner. A missing user is success; another owner's user is

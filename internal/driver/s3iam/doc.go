@@ -31,7 +31,7 @@
 // is the engine telling us it attempted the creation itself and may have
 // crashed before the tag was written. Such a bucket gets its tags; such a
 // user gets the path /bucketbroker/ (UpdateUser) and then the tag, and is
-// from then on treated as ours: its other keys are deleted, one is made.
+// from then on treated as ours: its keys as the key mode says.
 // Ownership is read from the owner tag alone: the path names no owner. A
 // bucket the driver's credentials may not even look at (HTTP 403) belongs
 // to another account and is refused the same way.
