@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -58,13 +59,13 @@ func run(kubeconfig, name string) error {
 // rules (see pkg/driver).
 type memoryDriver struct {
 	mu      sync.Mutex
-	buckets map[string]string // name -> owner mark
-	users   map[string]string // name -> owner mark
-	keys    map[string]string // user -> access key id
+	buckets map[string]string   // name -> owner mark
+	users   map[string]string   // name -> owner mark
+	keys    map[string][]string // user -> access key ids
 }
 
 func newMemoryDriver() *memoryDriver {
-	return &memoryDriver{buckets: map[string]string{}, users: map[string]string{}, keys: map[string]string{}}
+	return &memoryDriver{buckets: map[string]string{}, users: map[string]string{}, keys: map[string][]string{}}
 }
 
 func (d *memoryDriver) EnsureBucket(_ context.Context, spec driver.BucketSpec) error {
@@ -88,18 +89,31 @@ func (d *memoryDriver) DeleteBucket(_ context.Context, name, owner string, _ boo
 }
 
 func (d *memoryDriver) EnsureCredential(_ context.Context, spec driver.CredentialSpec) (driver.Credential, error) {
+	if spec.Keys > driver.KeepOnlyKey || (spec.Keys == driver.KeepOnlyKey && spec.KeyID == "") {
+		return driver.Credential{}, fmt.Errorf("key mode %d with key id %q: %w", spec.Keys, spec.KeyID, driver.ErrInvalid)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if o, ok := d.users[spec.UserName]; ok && o != spec.Owner {
+	o, exists := d.users[spec.UserName]
+	if exists && o != spec.Owner {
 		return driver.Credential{}, fmt.Errorf("user %q: %w", spec.UserName, driver.ErrOwnedByOther)
 	}
-	d.users[spec.UserName] = spec.Owner
-	if k := d.keys[spec.UserName]; k != "" && k == spec.KeepKeyID {
-		return driver.Credential{AccessKeyID: k}, nil
+	keys := d.keys[spec.UserName]
+	if spec.Keys != driver.AddKey && spec.KeyID != "" && slices.Contains(keys, spec.KeyID) {
+		d.keys[spec.UserName] = []string{spec.KeyID} // any other key is gone
+		return driver.Credential{AccessKeyID: spec.KeyID}, nil
 	}
+	if spec.Keys == driver.KeepOnlyKey {
+		return driver.Credential{}, fmt.Errorf("key %s of user %q: %w", spec.KeyID, spec.UserName, driver.ErrKeyGone)
+	}
+	if spec.Keys == driver.ReplaceKeys {
+		keys = nil // any other key is gone
+	}
+	// AddKey keeps the others: this store has no limit on a user's keys.
 	id, secret := randomHex(10), randomHex(20)
-	d.keys[spec.UserName] = id // any other key is gone
-	return driver.Credential{AccessKeyID: id, SecretAccessKey: secret}, nil
+	d.users[spec.UserName] = spec.Owner
+	d.keys[spec.UserName] = append(keys, id)
+	return driver.Credential{AccessKeyID: id, SecretAccessKey: secret, NewUser: !exists}, nil
 }
 
 func (d *memoryDriver) RevokeCredential(_ context.Context, user, owner string) error {
@@ -119,9 +133,7 @@ func (d *memoryDriver) Observe(_ context.Context, req driver.ObserveRequest) (dr
 	var o driver.Observation
 	o.BucketOwner, o.BucketExists = d.buckets[req.Bucket]
 	o.UserOwner, o.UserExists = d.users[req.UserName]
-	if k := d.keys[req.UserName]; k != "" {
-		o.KeyIDs = []string{k}
-	}
+	o.KeyIDs = slices.Clone(d.keys[req.UserName])
 	return o, nil
 }
 

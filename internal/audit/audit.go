@@ -343,12 +343,8 @@ func carries(res *resource, kind engine.Kind, r *engine.Record) bool {
 // markOf returns the hash and kind of an owner mark, and false for a mark
 // this version does not make.
 func markOf(mark string) (driver.MarkHash, engine.Kind, bool) {
-	k, ok := driver.ParseOwnerMark(mark)
-	if !ok {
-		return driver.MarkHash{}, "", false
-	}
-	h, _ := driver.HashOfMark(mark) // ok: the same pattern matched
-	return h, engine.Kind(k), true
+	k, h, ok := driver.ParseOwnerMark(mark)
+	return h, engine.Kind(k), ok
 }
 
 // owner settles the verdict of res, which carries r's mark: a live record
@@ -396,7 +392,7 @@ func (j *judge) judged(resource, name, mark string, kind engine.Kind) (driver.Ma
 	switch {
 	case !ok:
 		return skip(fmt.Sprintf("owner mark %q is not one this version makes", mark))
-	case !driver.NameMatchesMark(j.prefix, name, mark):
+	case !h.Names(j.prefix, name):
 		return skip(fmt.Sprintf("its name does not derive from its owner mark %q under prefix %q", mark, j.prefix))
 	case k != kind:
 		return skip(fmt.Sprintf("owner mark of a %s: not kept in this store", k))
@@ -411,7 +407,7 @@ func (j *judge) leak(s *stream, res *resource) {
 		why = "no record carries its owner mark"
 	}
 	j.rep.Findings = append(j.rep.Findings, Finding{Kind: KindLeak, Resource: s.resource, Name: res.name,
-		Owner: driver.MarkOf(string(s.kind), res.mark), Detail: why})
+		Owner: res.mark.Mark(string(s.kind)), Detail: why})
 }
 
 // missing notes a ready record whose resources the inventory lacks, res
@@ -469,7 +465,7 @@ func trimmed(r *engine.Record) *engine.Record {
 func missingFinding(r *engine.Record, name string, res *resource) (Finding, bool) {
 	var owner string
 	if res != nil {
-		owner = driver.MarkOf(string(r.Kind), res.mark)
+		owner = res.mark.Mark(string(r.Kind))
 	}
 	switch {
 	case r.Kind == engine.KindInstance && (res == nil || owner != state(r).Owner):

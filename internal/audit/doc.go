@@ -7,7 +7,7 @@
 // bucket and user whose name starts with the broker's name prefix and that
 // carries a bucketbroker owner mark. A resource is judged only if its mark
 // is one driver.OwnerMark makes, its name derives from that mark under the
-// prefix (driver.NameMatchesMark), and the mark's kind is one this store
+// prefix (driver.MarkHash.Names), and the mark's kind is one this store
 // keeps (instance for buckets, binding for users). Anything else (no mark,
 // another prefix, a claim of the Kubernetes controller, whose records live
 // in the cluster) is listed as not judged and never touched.

@@ -141,7 +141,7 @@ func (b *Backend) recordNewUserKey(ctx context.Context, w *engine.Work, keyID st
 	return nil
 }
 
-// newKey makes a key beside the user's others (KeepOtherKeys), in a step.
+// newKey makes a key beside the user's others (driver.AddKey), in a step.
 // When the user has no room for one, the driver deletes none it cannot
 // know unrecorded. The keys it listed are: this holder's record write
 // succeeds only if nobody wrote the record since this holder read it
@@ -153,7 +153,7 @@ func (b *Backend) newKey(ctx context.Context, w *engine.Work) (cred driver.Crede
 	err = step(ctx, w, "create credential", func(ctx context.Context) (err error) {
 		spec := driver.CredentialSpec{
 			UserName: s.UserName, Owner: s.Owner, Bucket: s.Bucket,
-			Access: driver.Access(s.Access), KeepOtherKeys: true,
+			Access: driver.Access(s.Access), Keys: driver.AddKey,
 		}
 		cred, err = ensure.Credential(ctx, b.driver, spec, userCreation(s))
 		var full *driver.KeyLimitError
@@ -165,7 +165,7 @@ func (b *Backend) newKey(ctx context.Context, w *engine.Work) (cred driver.Crede
 		}
 		for _, id := range full.KeyIDs {
 			if id != s.AccessKeyID {
-				spec.EvictKeyIDs = append(spec.EvictKeyIDs, id)
+				spec.Evict = append(spec.Evict, id)
 			}
 		}
 		cred, err = ensure.Credential(ctx, b.driver, spec, userCreation(s))
@@ -174,15 +174,16 @@ func (b *Backend) newKey(ctx context.Context, w *engine.Work) (cred driver.Crede
 	return cred, err
 }
 
-// onlyKey makes the recorded key the user's only one, in a step. When it
-// is gone, nothing is deleted and the answer is driver.ErrKeyGone.
+// onlyKey makes the recorded key the user's only one (driver.KeepOnlyKey),
+// in a step. When it is gone, nothing is deleted and the answer is
+// driver.ErrKeyGone.
 func (b *Backend) onlyKey(ctx context.Context, w *engine.Work) (cred driver.Credential, err error) {
 	s := w.Rec.Bucket
 	gone := false
 	err = step(ctx, w, "delete other keys", func(ctx context.Context) (err error) {
 		cred, err = ensure.Credential(ctx, b.driver, driver.CredentialSpec{
 			UserName: s.UserName, Owner: s.Owner, Bucket: s.Bucket,
-			Access: driver.Access(s.Access), KeepKeyID: s.AccessKeyID, RequireKeepKey: true,
+			Access: driver.Access(s.Access), Keys: driver.KeepOnlyKey, KeyID: s.AccessKeyID,
 		}, userCreation(s))
 		if gone = errors.Is(err, driver.ErrKeyGone); gone {
 			return nil // not a backend failure: no retry
@@ -195,16 +196,12 @@ func (b *Backend) onlyKey(ctx context.Context, w *engine.Work) (cred driver.Cred
 	return cred, err
 }
 
-// keptKey checks the answer of onlyKey against the record. A driver that
-// ignores RequireKeepKey replaced the gone key and deleted the others: the
-// new key goes into the record, in the write that ends the operation.
+// keptKey checks the answer of onlyKey against the record: KeepOnlyKey
+// answers the recorded key, without its secret, or ErrKeyGone.
 func (b *Backend) keptKey(w *engine.Work, cred driver.Credential) error {
 	s := w.Rec.Bucket
-	if cred.SecretAccessKey != "" {
-		return b.sealKey(w, cred)
-	}
-	if cred.AccessKeyID != s.AccessKeyID {
-		return fmt.Errorf("driver kept key %q but the record holds %q", cred.AccessKeyID, s.AccessKeyID)
+	if cred.AccessKeyID != s.AccessKeyID || cred.SecretAccessKey != "" {
+		return fmt.Errorf("driver answered key %q (secret set %v) where the record holds %q to keep", cred.AccessKeyID, cred.SecretAccessKey != "", s.AccessKeyID)
 	}
 	return nil
 }

@@ -225,13 +225,13 @@ func benchProvisionBind(b *testing.B, latency time.Duration) {
 			// A bind's steps: a key beside any others, recorded, then made
 			// the only one (the engine's newKey and onlyKey), unless the
 			// first call created the user (recordNewUserKey).
-			spec := driver.CredentialSpec{UserName: user, Owner: uowner, Bucket: bucket, Access: driver.AccessReadWrite, AdoptUnmarked: look, KeepOtherKeys: true}
+			spec := driver.CredentialSpec{UserName: user, Owner: uowner, Bucket: bucket, Access: driver.AccessReadWrite, AdoptUnmarked: look, Keys: driver.AddKey}
 			cred, err := h.drv.EnsureCredential(ctx, spec)
 			if err != nil {
 				b.Fatal(err)
 			}
 			if !cred.NewUser {
-				spec.KeepOtherKeys, spec.KeepKeyID, spec.RequireKeepKey = false, cred.AccessKeyID, true
+				spec.Keys, spec.KeyID = driver.KeepOnlyKey, cred.AccessKeyID
 				if _, err := h.drv.EnsureCredential(ctx, spec); err != nil {
 					b.Fatal(err)
 				}

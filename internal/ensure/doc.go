@@ -83,16 +83,17 @@
 // One rule is about keys rather than names, and only the engine needs it
 // (two replicas can hold one binding's operation at once, a process paused
 // past its lease; the reconciler's Secret has one writer): a key is created
-// beside the user's others (driver.CredentialSpec.KeepOtherKeys), recorded,
-// and only then are the others deleted (KeepKeyID), so that of two holders
-// neither deletes the key the other recorded. A key is deleted to make room
-// only once the caller proved nobody recorded it (EvictKeyIDs). Where the
-// call that made the key also created the user (driver.Credential.NewUser)
-// no key older than the user's own creation exists, and the deletion of
-// the others is skipped: the key is recorded in the write that ends the
-// bind. What that leaves (a key an overlapping holder made and, dying,
-// never dropped; nobody was answered it) and why it gives no key to two
-// parties: internal/engine's recordNewUserKey. See internal/engine's bind.
+// beside the user's others (driver.AddKey), recorded, and only then are
+// the others deleted (driver.KeepOnlyKey), so that of two holders neither
+// deletes the key the other recorded. A key is deleted to make room only
+// once the caller proved nobody recorded it (driver.CredentialSpec.Evict).
+// Where the call that made the key also created the user
+// (driver.Credential.NewUser) no key older than the user's own creation
+// exists, and the deletion of the others is skipped: the key is recorded
+// in the write that ends the bind. What that leaves (a key an overlapping
+// holder made and, dying, never dropped; nobody was answered it) and why
+// it gives no key to two parties: internal/bucket's recordNewUserKey. See
+// internal/bucket's Bind.
 //
 // Two clean-ups delete without these steps, and need no adoption: the
 // engine's key that a holder made but could not record, and the

@@ -175,7 +175,8 @@ func RevokeUser(ctx context.Context, d driver.Driver, user, owner, bucket string
 		return markLost("user", user, owner)
 	case Unconfirmed:
 		_, err = d.EnsureCredential(ctx, driver.CredentialSpec{
-			UserName: user, Owner: owner, Bucket: bucket, Access: driver.AccessReadOnly, AdoptUnmarked: true,
+			UserName: user, Owner: owner, Bucket: bucket, Access: driver.AccessReadOnly,
+			Keys: driver.ReplaceKeys, AdoptUnmarked: true,
 		})
 		if err != nil {
 			return fmt.Errorf("mark user %q before revoking it: %w", user, err)

@@ -105,6 +105,9 @@ func (d *memDriver) EnsureCredential(ctx context.Context, spec driver.Credential
 	if spec.UserName == "" || spec.Owner == "" || spec.Bucket == "" || !spec.Access.Valid() {
 		return driver.Credential{}, fmt.Errorf("credential %q for bucket %q: %w", spec.UserName, spec.Bucket, driver.ErrInvalid)
 	}
+	if spec.Keys != driver.ReplaceKeys { // the reconciler, its only caller, replaces keys
+		return driver.Credential{}, fmt.Errorf("key mode %d: %w", spec.Keys, driver.ErrInvalid)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	u, ok := d.users[spec.UserName]
@@ -119,14 +122,14 @@ func (d *memDriver) EnsureCredential(ctx context.Context, spec driver.Credential
 		return driver.Credential{}, fmt.Errorf("user %s: %w", spec.UserName, driver.ErrOwnedByOther)
 	}
 	u.bucket, u.access = spec.Bucket, spec.Access
-	if spec.KeepKeyID != "" {
-		if _, live := u.keys[spec.KeepKeyID]; live {
+	if spec.KeyID != "" {
+		if _, live := u.keys[spec.KeyID]; live {
 			for id := range u.keys {
-				if id != spec.KeepKeyID {
+				if id != spec.KeyID {
 					delete(u.keys, id)
 				}
 			}
-			return driver.Credential{AccessKeyID: spec.KeepKeyID}, nil
+			return driver.Credential{AccessKeyID: spec.KeyID}, nil
 		}
 	}
 	clear(u.keys)
@@ -199,12 +202,12 @@ func TestMemDriver(t *testing.T) {
 	if err != nil || c1.AccessKeyID == "" || c1.SecretAccessKey == "" {
 		t.Fatalf("EnsureCredential: %+v, %v", c1, err)
 	}
-	spec.KeepKeyID = c1.AccessKeyID
+	spec.KeyID = c1.AccessKeyID
 	c2, err := d.EnsureCredential(ctx, spec)
 	if err != nil || c2.AccessKeyID != c1.AccessKeyID || c2.SecretAccessKey != "" {
 		t.Fatalf("EnsureCredential keeping %s: %+v, %v", c1.AccessKeyID, c2, err)
 	}
-	spec.KeepKeyID = "lost"
+	spec.KeyID = "lost"
 	c3, err := d.EnsureCredential(ctx, spec)
 	if err != nil || c3.AccessKeyID == c1.AccessKeyID || c3.SecretAccessKey == "" {
 		t.Fatalf("EnsureCredential keeping an unknown key: %+v, %v", c3, err)

@@ -556,7 +556,7 @@ func (r *Reconciler) ensureSecret(ctx context.Context, s *scope) (reconcile.Resu
 	bctx, cancel := backendCtx(ctx)
 	cred, err := ensure.Credential(bctx, r.driver, driver.CredentialSpec{
 		UserName: p.user, Owner: p.owner, Bucket: p.bucket, Access: driver.AccessReadWrite,
-		KeepKeyID: string(recorded[KeyAccessKeyID]),
+		Keys: driver.ReplaceKeys, KeyID: string(recorded[KeyAccessKeyID]),
 	}, creation(s.ob, p.userAttempted))
 	cancel()
 	switch {

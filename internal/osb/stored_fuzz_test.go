@@ -41,8 +41,8 @@ func (acceptingDriver) EnsureBucket(_ context.Context, s driver.BucketSpec) erro
 }
 func (acceptingDriver) DeleteBucket(context.Context, string, string, bool) error { return nil }
 func (acceptingDriver) EnsureCredential(_ context.Context, s driver.CredentialSpec) (driver.Credential, error) {
-	if s.KeepKeyID != "" {
-		return driver.Credential{AccessKeyID: s.KeepKeyID}, nil
+	if s.Keys == driver.KeepOnlyKey {
+		return driver.Credential{AccessKeyID: s.KeyID}, nil
 	}
 	return driver.Credential{AccessKeyID: "AKIAFUZZ", SecretAccessKey: "secret"}, nil
 }

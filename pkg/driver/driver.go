@@ -20,17 +20,15 @@ var (
 	// fix (an invalid name, an unsupported option such as versioning on a
 	// server that has none).
 	ErrInvalid = errors.New("invalid request for this backend")
-	// ErrKeyGone is EnsureCredential's answer, with CredentialSpec
-	// RequireKeepKey, when the KeepKeyID key is not live. The driver
-	// changed nothing.
+	// ErrKeyGone is EnsureCredential's answer in KeepOnlyKey mode when
+	// the key to keep is not a live key of the user. No key was deleted.
 	ErrKeyGone = errors.New("the key to keep is gone")
 )
 
-// KeyLimitError is EnsureCredential's answer, with KeepOtherKeys, when the
-// user's keys leave no room for a new one and none of them may be deleted
-// (see CredentialSpec.EvictKeyIDs). KeyIDs are the user's keys as listed.
-// It is not permanent: a caller that proves them unrecorded retries with
-// them in EvictKeyIDs.
+// KeyLimitError is EnsureCredential's answer in AddKey mode when the
+// backend's limit on a user's keys leaves no room for a new one, even
+// without the keys listed in CredentialSpec.Evict. KeyIDs are the user's
+// keys as listed. No key was made, and none outside Evict deleted.
 type KeyLimitError struct {
 	UserName string
 	KeyIDs   []string
@@ -73,12 +71,8 @@ type BucketSpec struct {
 	// Tags are extra tags (user labels) kept on the bucket beside the owner
 	// mark. EnsureBucket replaces earlier extra tags with these.
 	Tags map[string]string
-	// AdoptUnmarked lets EnsureBucket adopt an existing bucket with no owner
-	// mark at all, and mark it. Set it only with durable evidence that the
-	// caller attempted the creation itself (the engine records, before its
-	// first create attempt, that the name was free) and may have crashed
-	// before marking it. A bucket carrying another owner's mark is never
-	// adopted.
+	// AdoptUnmarked lets EnsureBucket adopt an existing bucket with no
+	// owner mark at all: it is marked, then treated as the caller's.
 	AdoptUnmarked bool
 	// Versioning makes EnsureBucket turn object versioning on (it keeps
 	// every version of every object). When false, EnsureBucket leaves the
@@ -90,9 +84,35 @@ type BucketSpec struct {
 	Versioning bool
 }
 
+// KeyMode says what EnsureCredential does with the user's access keys.
+// Each mode serves one purpose of the caller's. Another value, or
+// KeepOnlyKey without a KeyID, is ErrInvalid.
+type KeyMode uint8
+
+const (
+	// ReplaceKeys leaves the user exactly one live key: KeyID if it is a
+	// live key of the user, else a new one. Every other key is deleted:
+	// one made by an earlier call whose answer was lost (a crash) must not
+	// stay live. It is for a caller that is the credential's only writer,
+	// and it is the zero KeyMode.
+	ReplaceKeys KeyMode = iota
+	// AddKey makes a new key beside the user's others and deletes none of
+	// them, so that of two callers that overlap neither deletes the key
+	// the other recorded. A backend that limits a user's keys makes room
+	// by deleting only keys listed in Evict, oldest first; with no room
+	// left it answers *KeyLimitError. KeyID is not read.
+	AddKey
+	// KeepOnlyKey makes KeyID, which the caller recorded after AddKey, the
+	// user's only live key: every other key is deleted. When KeyID is not
+	// a live key of the user (it, or the user, was deleted), no key is
+	// deleted or made, the user is not created, and the answer is
+	// ErrKeyGone.
+	KeepOnlyKey
+)
+
 // CredentialSpec describes the credential EnsureCredential makes so: one
-// backend user, allowed Access to Bucket and nothing else, with exactly one
-// live access key.
+// backend user, marked Owner, allowed Access to Bucket and nothing else,
+// with its keys as Keys says.
 type CredentialSpec struct {
 	// UserName is the backend user name (see UserName).
 	UserName string
@@ -102,61 +122,31 @@ type CredentialSpec struct {
 	Bucket string
 	// Access is what the credential may do there.
 	Access Access
-	// KeepKeyID is the access key id the caller has durably recorded, or
-	// empty. Every other key of the user is deleted: a key created by an
-	// earlier call whose answer was lost (a crash) must not stay live.
-	KeepKeyID string
-	// KeepOtherKeys makes EnsureCredential leave the user's other keys
-	// alone: it returns the KeepKeyID key when it is live, and otherwise
-	// creates a new key beside the ones there are. The engine creates a
-	// key so, records it, and only then calls again with KeepKeyID set to
-	// delete the others: of two callers that overlap (a process paused
-	// past its lease, a request a stalled server carries out late),
-	// neither deletes the key the other recorded. drivertest checks it; a
-	// driver that ignores it still works, with the overlap then guarded by
-	// the engine's lease alone. A driver whose backend limits a user's
-	// keys deletes none of the others to make room for the new one unless
-	// they are in EvictKeyIDs: with no room, it fails with *KeyLimitError.
-	KeepOtherKeys bool
-	// EvictKeyIDs are keys the caller has proved nobody recorded (the
-	// engine lists them from a KeyLimitError and then writes its record,
-	// a compare-and-swap that no other holder has written since). With
-	// KeepOtherKeys, a backend's limit on a user's keys lets only these,
-	// oldest first, be deleted to make room for the new key.
-	EvictKeyIDs []string
-	// RequireKeepKey makes EnsureCredential, when the KeepKeyID key is not
-	// live, delete nothing and fail with ErrKeyGone (without it, a new key
-	// is made and every other deleted). The engine then makes a key beside
-	// the others and records it before any is deleted, as for a missing
-	// one. A driver that ignores it still works, as it did before.
-	RequireKeepKey bool
+	// Keys is what happens to the user's access keys.
+	Keys KeyMode
+	// KeyID is the access key id the caller holds: in ReplaceKeys mode
+	// the key to keep if live (empty: none), in KeepOnlyKey mode the key
+	// to keep (required).
+	KeyID string
+	// Evict are keys that AddKey may delete to make room for the new one:
+	// keys the caller has proved nobody recorded.
+	Evict []string
 	// AdoptUnmarked lets EnsureCredential adopt an existing user with no
-	// owner mark at all: the user is marked (and given whatever else
-	// creation sets), then treated as the caller's own, so its other keys
-	// are deleted as above. It is for backends that mark a user in a
-	// second call after creating it, where a crash in between leaves the
-	// user unmarked. Set it only with durable evidence that the caller
-	// attempted the creation itself (the engine records, before its first
-	// attempt, that the name was free). A user carrying another owner's
-	// mark is never adopted.
+	// owner mark at all: it is marked and given whatever creating it
+	// gives, then treated as the caller's.
 	AdoptUnmarked bool
 }
 
 // Credential is an access key pair.
 type Credential struct {
 	AccessKeyID string
-	// SecretAccessKey is set only for a key created by this call. When the
-	// kept key is still live it is empty: the caller already holds it.
+	// SecretAccessKey is set only for a key this call made. When the key
+	// kept is KeyID it is empty: the caller already holds it.
 	SecretAccessKey string
-	// NewUser reports that this call created the user (the backend
-	// refused nobody's create before it: the name was free) and then this
-	// key on it, with the user's policy. No key on the user is older than
-	// the user, so any other key it has was made after this call's create,
-	// by another caller (or by a request of this call's the backend
-	// carried out twice). False when the user existed, and from a driver
-	// that cannot tell: the caller then deletes the other keys as for any
-	// user (KeepKeyID). See internal/engine's bind for the use the engine
-	// makes of it.
+	// NewUser reports that this call created the user (the name was free
+	// when it asked), so that no key of the user is older than this
+	// call's. False when the user existed, and from a driver that cannot
+	// tell.
 	NewUser bool
 }
 
@@ -178,8 +168,8 @@ type ObserveRequest struct {
 	UserName string
 }
 
-// Driver is an object-storage backend. See the package documentation for the
-// idempotency rules every method follows.
+// Driver is an object-storage backend. See the package documentation for
+// the rules every method follows.
 type Driver interface {
 	// EnsureBucket creates the bucket if it is missing, adopts it if it
 	// carries spec.Owner, and returns ErrOwnedByOther otherwise.
@@ -189,9 +179,13 @@ type Driver interface {
 	// left untouched. A non-empty bucket is emptied first when purge is set,
 	// and is ErrBucketNotEmpty otherwise.
 	DeleteBucket(ctx context.Context, name, owner string, purge bool) error
-	// EnsureCredential makes the user, its bucket-scoped policy and exactly
-	// one live key exist, and returns that key. A user with another mark,
-	// or none (unless spec.AdoptUnmarked), is ErrOwnedByOther, untouched.
+	// EnsureCredential makes the user (created if missing, except in
+	// KeepOnlyKey mode; adopted if it carries spec.Owner) and its
+	// bucket-scoped policy exist, the policy before any key is made so
+	// that no key is live with a stale scope, then handles the user's keys
+	// as spec.Keys says and returns the key it leaves for the caller. A
+	// user with another mark, or none (unless spec.AdoptUnmarked), is
+	// ErrOwnedByOther, untouched.
 	EnsureCredential(ctx context.Context, spec CredentialSpec) (Credential, error)
 	// RevokeCredential deletes the user's keys, policies and the user itself
 	// if it carries owner. A missing user is success; another owner's user is
@@ -207,7 +201,7 @@ type Driver interface {
 // backend keeps a new user's owner mark in the same write that creates the
 // user. It is optional: a driver without it is taken to mark a user in a
 // second call, where a crash in between leaves a user of the caller's own
-// without a mark (see CredentialSpec.AdoptUnmarked and internal/ensure).
+// without a mark (see CredentialSpec.AdoptUnmarked).
 type AtomicUserMarker interface {
 	// AtomicUserMarks reports whether no user this driver creates can be
 	// left without its owner mark, whatever crashes: so an unmarked user

@@ -8,8 +8,8 @@ import "context"
 type Auditable interface {
 	// Inventory lists every bucket and user whose name starts with
 	// namePrefix (everything when it is empty) and that carries an owner
-	// mark made by OwnerMark (see IsOwnerMark), whoever the owner. Resources
-	// without such a mark are never listed: they are not ours to judge.
+	// mark IsOwnerMark accepts, whoever the owner. Resources without such
+	// a mark are never listed: they are not ours to judge.
 	Inventory(ctx context.Context, namePrefix string) (Inventory, error)
 	// DeleteAccessKey deletes one access key of the user if the user
 	// carries owner. A missing user or key is success; a user with another

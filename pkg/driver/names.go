@@ -49,7 +49,7 @@ func UserName(prefix, kind, id string) string {
 // resource of the given kind and id. It is at most 64 characters of
 // [a-z0-9:-], safe for tag values and paths.
 func OwnerMark(kind, id string) string {
-	return "bucketbroker:" + slug(kind, 12) + ":" + hash(kind, id, 40)
+	return markPrefix + slug(kind, 12) + ":" + hash(kind, id, 40)
 }
 
 func name(prefix, kind, id string, maxLen int) string {
@@ -93,66 +93,57 @@ func slug(s string, n int) string {
 	return strings.Trim(b.String(), "-")
 }
 
-// MarkPrefix starts every owner mark OwnerMark makes.
-const MarkPrefix = "bucketbroker:"
+// markPrefix starts every owner mark OwnerMark makes.
+const markPrefix = "bucketbroker:"
+
+// IsOwnerMark reports whether mark has the form of OwnerMark's marks: it
+// starts with bucketbroker's prefix. Auditable.Inventory lists the
+// resources whose mark it accepts.
+func IsOwnerMark(mark string) bool { return strings.HasPrefix(mark, markPrefix) }
 
 // markRE matches OwnerMark's output: the kind's slug and 40 hex digits.
 var markRE = regexp.MustCompile(`^bucketbroker:([a-z0-9-]{0,12}):([0-9a-f]{40})$`)
 
-// ParseOwnerMark returns the kind slug of a mark made by OwnerMark (the
-// kind, lower-cased and cut to 12 characters: "instance", "binding"), and
-// false for anything else.
-func ParseOwnerMark(mark string) (kind string, ok bool) {
-	m := markRE.FindStringSubmatch(mark)
-	if m == nil {
-		return "", false
-	}
-	return m[1], true
-}
-
-// MarkHash is the hash an owner mark carries, as bytes: a mark is its
-// kind (ParseOwnerMark) and this, so that a program holding many marks
-// of one kind (the leak audit) can hold this instead.
+// MarkHash is the part of an owner mark that tells the ids of one kind
+// apart: a mark OwnerMark made is its kind and this. It is a small
+// comparable value, for a program that holds many marks (the leak audit).
 type MarkHash [20]byte
 
-// HashOfMark returns the hash of a mark made by OwnerMark, and false for
-// anything else.
-func HashOfMark(mark string) (MarkHash, bool) {
-	var h MarkHash
+// ParseOwnerMark returns the kind (lower-cased and cut to 12 characters:
+// "instance", "binding") and the hash of a mark OwnerMark made, and false
+// for any other string.
+func ParseOwnerMark(mark string) (kind string, h MarkHash, ok bool) {
 	m := markRE.FindStringSubmatch(mark)
 	if m == nil {
-		return h, false
+		return "", h, false
 	}
 	if _, err := hex.Decode(h[:], []byte(m[2])); err != nil {
-		return h, false
+		return "", h, false
 	}
-	return h, true
+	return m[1], h, true
 }
 
-// MarkOf returns the mark of the kind slug (as ParseOwnerMark returns it)
-// and hash h: HashOfMark's inverse, OwnerMark's answer for the kind and id
-// whose hash h is.
-func MarkOf(kind string, h MarkHash) string {
-	return MarkPrefix + kind + ":" + hex.EncodeToString(h[:])
+// Mark returns the owner mark of kind (as ParseOwnerMark returns it) and
+// h: ParseOwnerMark's inverse.
+func (h MarkHash) Mark(kind string) string {
+	return markPrefix + kind + ":" + hex.EncodeToString(h[:])
 }
 
-// NameMatchesMark reports whether name is what BucketName or UserName
-// give, for prefix, the kind and id whose OwnerMark is mark: both hash the
-// same kind and id, so the name ends with the start of the mark's hash.
-// A resource that passes was made under this prefix for that mark's owner;
-// one that does not (another prefix, a hand-made name, a copied tag) is
-// not to be judged by a broker using prefix.
-func NameMatchesMark(prefix, name, mark string) bool {
-	m := markRE.FindStringSubmatch(mark)
-	if m == nil || !strings.HasPrefix(name, prefix+"-") {
+// Names reports whether name is what BucketName or UserName give, under
+// prefix, for the kind and id h was made from: both hash the same kind and
+// id, so the name ends with the start of the mark's hash. A resource that
+// fails (another prefix, a hand-made name, a copied tag) was not made
+// under prefix for that mark's owner.
+func (h MarkHash) Names(prefix, name string) bool {
+	if !strings.HasPrefix(name, prefix+"-") {
 		return false
 	}
 	rest := name[len(prefix)+1:]
-	h := m[2][:hashLen]
-	if rest == h {
+	want := hex.EncodeToString(h[:])[:hashLen]
+	if rest == want {
 		return true
 	}
-	s, ok := strings.CutSuffix(rest, "-"+h)
+	s, ok := strings.CutSuffix(rest, "-"+want)
 	return ok && len(s) <= slugLen && slugRE.MatchString(s)
 }
 

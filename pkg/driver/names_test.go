@@ -59,16 +59,19 @@ func TestOwnerMark(t *testing.T) {
 func TestMarkHash(t *testing.T) {
 	for _, kind := range []string{"instance", "binding", "claim"} {
 		m := OwnerMark(kind, "0b4c6e6a-8f1e-4b7c")
-		h, ok := HashOfMark(m)
-		k, _ := ParseOwnerMark(m)
-		if !ok || MarkOf(k, h) != m {
-			t.Errorf("HashOfMark(%q) = %x, %v; MarkOf(%q, it) = %q, want the mark back", m, h, ok, k, MarkOf(k, h))
+		k, h, ok := ParseOwnerMark(m)
+		if !ok || k != kind || h.Mark(k) != m || !IsOwnerMark(m) {
+			t.Errorf("ParseOwnerMark(%q) = %q, %x, %v; its Mark = %q, IsOwnerMark = %v; want %q and the mark back",
+				m, k, h, ok, h.Mark(k), IsOwnerMark(m), kind)
 		}
 	}
 	for _, m := range []string{"", "bucketbroker:instance:", "bucketbroker:instance:" + strings.Repeat("g", 40), "other:instance:" + strings.Repeat("a", 40)} {
-		if h, ok := HashOfMark(m); ok {
-			t.Errorf("HashOfMark(%q) = %x, true; want false", m, h)
+		if k, h, ok := ParseOwnerMark(m); ok {
+			t.Errorf("ParseOwnerMark(%q) = %q, %x, true; want false", m, k, h)
 		}
+	}
+	if IsOwnerMark("other:instance:" + strings.Repeat("a", 40)) {
+		t.Errorf("IsOwnerMark of another program's mark = true, want false")
 	}
 }
 
@@ -133,12 +136,12 @@ func TestOwnerMarksAndNames(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			kind, ok := ParseOwnerMark(tc.mark)
+			kind, h, ok := ParseOwnerMark(tc.mark)
 			if kind != tc.wantKind || ok != tc.wantOK {
 				t.Errorf("%s\nParseOwnerMark(%q) = %q, %v; want %q, %v", tc.reason, tc.mark, kind, ok, tc.wantKind, tc.wantOK)
 			}
-			if got := NameMatchesMark(tc.prefix, tc.name, tc.mark); got != tc.match {
-				t.Errorf("%s\nNameMatchesMark(%q, %q, %q) = %v, want %v", tc.reason, tc.prefix, tc.name, tc.mark, got, tc.match)
+			if got := ok && h.Names(tc.prefix, tc.name); got != tc.match {
+				t.Errorf("%s\nParseOwnerMark(%q) names %q under %q = %v, want %v", tc.reason, tc.mark, tc.name, tc.prefix, got, tc.match)
 			}
 		})
 	}

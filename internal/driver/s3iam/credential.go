@@ -88,6 +88,12 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 	if err := requireNames("user name", spec.UserName, "owner", spec.Owner, "bucket", spec.Bucket); err != nil {
 		return driver.Credential{}, err
 	}
+	switch {
+	case spec.Keys > driver.KeepOnlyKey:
+		return driver.Credential{}, invalid("key mode %d", spec.Keys)
+	case spec.Keys == driver.KeepOnlyKey && spec.KeyID == "":
+		return driver.Credential{}, invalid("key mode KeepOnlyKey without a key id")
+	}
 	policy, err := policyDocument(d.partition, spec.Bucket, spec.Access)
 	if err != nil {
 		return driver.Credential{}, err
@@ -111,13 +117,16 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 		fresh    bool
 		untagged bool
 	)
-	if spec.KeepKeyID != "" {
+	if spec.KeyID != "" && spec.Keys != driver.AddKey {
 		if u, keys, current, err = d.observeUserKeys(ctx, spec.UserName); err != nil {
 			return driver.Credential{}, err
 		}
 		listed = u.exists
 	}
 	if !u.exists {
+		if spec.Keys == driver.KeepOnlyKey {
+			return driver.Credential{}, fmt.Errorf("user %q is gone with key %s: %w", spec.UserName, spec.KeyID, driver.ErrKeyGone)
+		}
 		// Create first: IAM refuses to create a user that exists, so a
 		// success proves the user is new, and a new user has no keys to
 		// look for. The common path is three calls, as it would be by
@@ -148,6 +157,11 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 		cred.NewUser = err == nil
 		return cred, err
 	}
+	if spec.Keys == driver.KeepOnlyKey && !slices.ContainsFunc(keys, func(k types.AccessKeyMetadata) bool {
+		return aws.ToString(k.AccessKeyId) == spec.KeyID
+	}) {
+		return driver.Credential{}, fmt.Errorf("key %s of user %q: %w", spec.KeyID, spec.UserName, driver.ErrKeyGone)
+	}
 
 	// The policy before any key: a key is never live with a stale scope.
 	// An adopted user's policy is written whatever was read: it was read
@@ -162,25 +176,20 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 			return driver.Credential{}, err
 		}
 	}
-	if spec.KeepOtherKeys {
+	if spec.Keys == driver.AddKey {
 		return d.addKey(ctx, spec, keys)
 	}
 	return d.keepOnlyKey(ctx, spec, keys)
 }
 
-// keepOnlyKey makes spec.KeepKeyID the user's only live key, deleting the
-// other listed keys; without a key to keep (or with it gone and not
-// RequireKeepKey), it makes a new key once the others are deleted.
+// keepOnlyKey makes spec.KeyID the user's only live key, deleting the
+// other listed keys; without it among them (ReplaceKeys), it makes a new
+// key once the others are deleted.
 func (d *Driver) keepOnlyKey(ctx context.Context, spec driver.CredentialSpec, keys []types.AccessKeyMetadata) (driver.Credential, error) {
-	if spec.RequireKeepKey && spec.KeepKeyID != "" && !slices.ContainsFunc(keys, func(k types.AccessKeyMetadata) bool {
-		return aws.ToString(k.AccessKeyId) == spec.KeepKeyID
-	}) {
-		return driver.Credential{}, fmt.Errorf("key %s of user %q: %w", spec.KeepKeyID, spec.UserName, driver.ErrKeyGone)
-	}
 	kept := false
 	for _, k := range keys {
 		id := aws.ToString(k.AccessKeyId)
-		if spec.KeepKeyID == "" || id != spec.KeepKeyID {
+		if spec.KeyID == "" || id != spec.KeyID {
 			// A key whose answer was lost (a crash after CreateAccessKey):
 			// nobody holds its secret, so it must not stay live.
 			if err := d.deleteKey(ctx, spec.UserName, id); err != nil {
@@ -200,7 +209,7 @@ func (d *Driver) keepOnlyKey(ctx context.Context, spec driver.CredentialSpec, ke
 		}
 	}
 	if kept {
-		return driver.Credential{AccessKeyID: spec.KeepKeyID}, nil
+		return driver.Credential{AccessKeyID: spec.KeyID}, nil
 	}
 	return d.createKey(ctx, spec.UserName)
 }
@@ -304,25 +313,12 @@ func (d *Driver) newUserCredential(ctx context.Context, user, policy, mark strin
 	return cred, nil
 }
 
-// addKey is EnsureCredential with spec.KeepOtherKeys: the kept key if it
-// is live, else a new key beside the others. The others are left for the
-// caller to delete once it has recorded its key. When IAM's limit on a
-// user's keys leaves no room for a new one, the oldest of spec.EvictKeyIDs
-// give way, and with none of them there, the call fails (KeyLimitError).
+// addKey is EnsureCredential in AddKey mode: a new key beside the others,
+// which are left for the caller to delete once it has recorded its key.
+// When IAM's limit on a user's keys leaves no room for a new one, the
+// oldest of spec.Evict give way, and with none of them there, the call
+// fails (KeyLimitError).
 func (d *Driver) addKey(ctx context.Context, spec driver.CredentialSpec, keys []types.AccessKeyMetadata) (driver.Credential, error) {
-	for _, k := range keys {
-		if id := aws.ToString(k.AccessKeyId); spec.KeepKeyID != "" && id == spec.KeepKeyID {
-			if k.Status != types.StatusTypeActive {
-				_, err := d.iam.UpdateAccessKey(ctx, &iam.UpdateAccessKeyInput{
-					UserName: &spec.UserName, AccessKeyId: &id, Status: types.StatusTypeActive,
-				})
-				if err != nil {
-					return driver.Credential{}, mapIAMErr(err, "activate key %s of user %q", id, spec.UserName)
-				}
-			}
-			return driver.Credential{AccessKeyID: id}, nil
-		}
-	}
 	slices.SortFunc(keys, func(a, b types.AccessKeyMetadata) int {
 		return aws.ToTime(a.CreateDate).Compare(aws.ToTime(b.CreateDate))
 	})
@@ -337,7 +333,7 @@ func (d *Driver) addKey(ctx context.Context, spec driver.CredentialSpec, keys []
 			return driver.Credential{}, &driver.KeyLimitError{UserName: spec.UserName, KeyIDs: ids}
 		}
 		id := aws.ToString(keys[i].AccessKeyId)
-		if !slices.Contains(spec.EvictKeyIDs, id) {
+		if !slices.Contains(spec.Evict, id) {
 			i++
 			continue
 		}

@@ -31,7 +31,7 @@
 // is the engine telling us it attempted the creation itself and may have
 // crashed before the tag was written. Such a bucket gets its tags; such a
 // user gets the path /bucketbroker/ (UpdateUser) and then the tag, and is
-// from then on treated as ours: its other keys are deleted, one is made.
+// from then on treated as ours: its keys as the key mode says.
 // Ownership is read from the owner tag alone: the path names no owner. A
 // bucket the driver's credentials may not even look at (HTTP 403) belongs
 // to another account and is refused the same way.
@@ -46,7 +46,7 @@
 // (multipart included) but not read or list. Every EnsureCredential makes
 // the policy current before any key is made, so a changed spec takes
 // effect and no key is ever live with a stale scope: it writes it, except
-// where the caller named a recorded key (KeepKeyID) and the policy read
+// where the caller named a recorded key (KeyID) and the policy read
 // beside the look at the user is already the one wanted.
 //
 // # Round trips
@@ -64,13 +64,14 @@
 // # Lost keys
 //
 // A secret access key is shown once, in the CreateAccessKey answer. If the
-// process crashes before the engine records it, the key is live and nobody
-// holds it. So EnsureCredential takes the key id the engine did record
-// (KeepKeyID) and deletes every other key of the user before it makes a
-// new one (AWS allows only two per user): the orphan dies, the recorded key is returned without its secret
-// (the caller has it), and if there is no recorded live key a new one is
-// made and returned with its secret. Whatever the crash, at most one key
-// is live after the call, and it is one the caller knows.
+// process crashes before the caller records it, the key is live and nobody
+// holds it. The key modes (driver.KeyMode) deal with it: ReplaceKeys
+// deletes every key of the user but the recorded one (KeyID) before it
+// makes a new one (AWS allows only two per user), so the orphan dies;
+// AddKey deletes none (IAM's limit of two keys lets only the caller's
+// Evict give way) and KeepOnlyKey then deletes every key but the one the
+// caller recorded since. The recorded key is returned without its secret
+// (the caller has it); a new one with its secret.
 //
 // RevokeCredential deletes the keys first, then the inline policies, then
 // the user, so a credential is dead from the first step on, even if a later

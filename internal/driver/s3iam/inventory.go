@@ -130,7 +130,7 @@ func (d *Driver) ownedBuckets(ctx context.Context, names []string) ([]driver.Own
 	}
 	var owned []driver.OwnedBucket
 	for i, name := range names {
-		if strings.HasPrefix(owners[i], driver.MarkPrefix) {
+		if driver.IsOwnerMark(owners[i]) {
 			owned = append(owned, driver.OwnedBucket{Name: name, Owner: owners[i]})
 		}
 	}
@@ -163,7 +163,7 @@ func (d *Driver) userPages(ctx context.Context, namePrefix string, page func(dri
 func (d *Driver) ownedUsers(ctx context.Context, names []string) ([]driver.OwnedUser, error) {
 	users, err := forEach(ctx, names, func(ctx context.Context, name string) (driver.OwnedUser, error) {
 		u, err := d.observeUser(ctx, name)
-		if err != nil || !u.exists || !strings.HasPrefix(u.owner, driver.MarkPrefix) {
+		if err != nil || !u.exists || !driver.IsOwnerMark(u.owner) {
 			return driver.OwnedUser{}, err
 		}
 		keys, err := d.listKeys(ctx, name)

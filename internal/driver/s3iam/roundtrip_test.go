@@ -185,7 +185,7 @@ func requestAction(r *http.Request) string {
 }
 
 // TestKeptKeyLooksAndListsAtOnce: a credential whose recorded key is kept
-// (the engine's second call of a bind, KeepKeyID) is a user that exists,
+// (the engine's second call of a bind, KeepOnlyKey) is a user that exists,
 // so the driver looks at it, lists its keys and reads its policy at once,
 // and writes nothing when all is as it should be: three requests in one
 // round trip, where creating first took four in four (a CreateUser
@@ -206,13 +206,13 @@ func TestKeptKeyLooksAndListsAtOnce(t *testing.T) {
 
 	g := newGate("GetUser", "ListAccessKeys")
 	gated := newDriverThrough(t, g)
-	spec.KeepKeyID, spec.RequireKeepKey = cred.AccessKeyID, true
+	spec.Keys, spec.KeyID = driver.KeepOnlyKey, cred.AccessKeyID
 	got, err := gated.EnsureCredential(ctx, spec)
 	if err != nil {
-		t.Fatalf("EnsureCredential(KeepKeyID): %v", err)
+		t.Fatalf("EnsureCredential(KeepOnlyKey): %v", err)
 	}
 	if got.AccessKeyID != cred.AccessKeyID || got.SecretAccessKey != "" {
-		t.Errorf("EnsureCredential(KeepKeyID) = key %q (secret set %v), want the kept %q without a secret",
+		t.Errorf("EnsureCredential(KeepOnlyKey) = key %q (secret set %v), want the kept %q without a secret",
 			got.AccessKeyID, got.SecretAccessKey != "", cred.AccessKeyID)
 	}
 	actions, held := g.seen()
@@ -227,7 +227,7 @@ func TestKeptKeyLooksAndListsAtOnce(t *testing.T) {
 	// Another access: the policy read differs, and is written.
 	spec.Access = driver.AccessReadOnly
 	if _, err := d.EnsureCredential(ctx, spec); err != nil {
-		t.Fatalf("EnsureCredential(KeepKeyID, read-only): %v", err)
+		t.Fatalf("EnsureCredential(KeepOnlyKey, read-only): %v", err)
 	}
 	out, err := d.iam.GetUserPolicy(ctx, &iam.GetUserPolicyInput{UserName: &spec.UserName, PolicyName: aws.String(PolicyName)})
 	if err != nil {
@@ -239,17 +239,18 @@ func TestKeptKeyLooksAndListsAtOnce(t *testing.T) {
 	}
 
 	// A named key whose user is gone: the look finds nothing, and the
-	// user is created as for a new credential (the key is gone with it).
+	// user is created as for a new credential (the key is gone with it)
+	// when the keys are replaced.
 	if err := d.RevokeCredential(ctx, spec.UserName, spec.Owner); err != nil {
 		t.Fatal(err)
 	}
-	spec.RequireKeepKey = false
+	spec.Keys = driver.ReplaceKeys
 	got, err = d.EnsureCredential(ctx, spec)
 	if err != nil {
-		t.Fatalf("EnsureCredential(KeepKeyID) for a user that is gone: %v", err)
+		t.Fatalf("EnsureCredential(ReplaceKeys, KeyID) for a user that is gone: %v", err)
 	}
 	if got.AccessKeyID == "" || got.AccessKeyID == cred.AccessKeyID || got.SecretAccessKey == "" {
-		t.Errorf("EnsureCredential(KeepKeyID) for a user that is gone = key %q (secret set %v), want a new key with its secret",
+		t.Errorf("EnsureCredential(ReplaceKeys, KeyID) for a user that is gone = key %q (secret set %v), want a new key with its secret",
 			got.AccessKeyID, got.SecretAccessKey != "")
 	}
 }

@@ -38,6 +38,13 @@
 // DeleteAccessKey deletes one key of its own users only. Drivers without
 // it skip those.
 //
+// Credential/* checks each driver.KeyMode: ReplaceKeys keeps a live KeyID
+// and replaces every other key, or all of them when KeyID is gone (a lost
+// answer); AddKey deletes no other key, and at the backend's limit on a
+// user's keys only those in Evict (*driver.KeyLimitError otherwise);
+// KeepOnlyKey deletes every other key, or nothing when its key or its user
+// is gone (driver.ErrKeyGone, no user created).
+//
 // Bucket/Versioning checks a bucket made with BucketSpec.Versioning: the
 // server keeps two versions of a key put twice, a repeated EnsureBucket
 // keeps versioning on, and only a purging delete removes a bucket that

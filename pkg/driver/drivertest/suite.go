@@ -121,18 +121,18 @@ func Run(t *testing.T, cfg Config) {
 			"Versioning":            s.testVersioning,
 		}},
 		{"Credential", map[string]func(*testing.T){
-			"EnsureTwiceKeepsKey":  s.testCredentialTwice,
-			"RevokeTwice":          s.testRevokeTwice,
-			"RevokeWithExtras":     s.testRevokeWithExtras,
-			"LostAnswer":           s.testLostAnswer,
-			"KeepOtherKeys":        s.testKeepOtherKeys,
-			"KeepOtherKeysAtLimit": s.testKeepOtherKeysAtLimit,
-			"RequireKeepKey":       s.testRequireKeepKey,
-			"Scope":                s.testScope,
-			"OwnedByOther":         s.testUserOwnedByOther,
-			"Unmarked":             s.testUserUnmarked,
-			"AdoptUnmarked":        s.testUserAdoptUnmarked,
-			"InvalidAccess":        s.testInvalidAccess,
+			"EnsureTwiceKeepsKey": s.testCredentialTwice,
+			"RevokeTwice":         s.testRevokeTwice,
+			"RevokeWithExtras":    s.testRevokeWithExtras,
+			"LostAnswer":          s.testLostAnswer,
+			"AddKey":              s.testAddKey,
+			"AddKeyAtLimit":       s.testAddKeyAtLimit,
+			"KeepOnlyKey":         s.testKeepOnlyKey,
+			"Scope":               s.testScope,
+			"OwnedByOther":        s.testUserOwnedByOther,
+			"Unmarked":            s.testUserUnmarked,
+			"AdoptUnmarked":       s.testUserAdoptUnmarked,
+			"InvalidSpec":         s.testInvalidSpec,
 		}},
 		{"Names", map[string]func(*testing.T){
 			"DerivedNamesWork": s.testNames,
@@ -189,13 +189,13 @@ func (s *suite) bucketAndCredential(ctx context.Context, t *testing.T, n names) 
 	return spec, s.ensureCredential(ctx, t, spec)
 }
 
-// keyBeside makes a second key for spec's user the way a caller that knows
-// no key does (KeepOtherKeys), checks that it is new and has its secret,
-// and returns spec with KeepOtherKeys set and the key.
+// keyBeside makes a second key for spec's user the way a caller that may
+// overlap another does (AddKey), checks that it is new and has its
+// secret, and returns spec in AddKey mode and the key.
 func (s *suite) keyBeside(ctx context.Context, t *testing.T, spec driver.CredentialSpec, first driver.Credential) (driver.CredentialSpec, driver.Credential) {
 	t.Helper()
-	spec.KeepOtherKeys = true
-	return spec, s.wantNewKey(ctx, t, "EnsureCredential(KeepOtherKeys)", spec, first)
+	spec.Keys = driver.AddKey
+	return spec, s.wantNewKey(ctx, t, "EnsureCredential(AddKey)", spec, first)
 }
 
 // wantSoleKey fails t (what says when) unless n's user exists, is owned
@@ -548,10 +548,10 @@ func (s *suite) testCredentialTwice(t *testing.T) {
 		t.Fatalf("first EnsureCredential returned no secret")
 	}
 
-	spec.KeepKeyID = first.AccessKeyID
+	spec.KeyID = first.AccessKeyID
 	second, err := s.cfg.Driver.EnsureCredential(ctx, spec)
 	if err != nil {
-		t.Fatalf("second EnsureCredential(KeepKeyID=first): %v", err)
+		t.Fatalf("second EnsureCredential(ReplaceKeys, KeyID=first): %v", err)
 	}
 	if second != (driver.Credential{AccessKeyID: first.AccessKeyID}) {
 		t.Errorf("second EnsureCredential = key %q with secret set %v, want key %q and no secret",
@@ -638,13 +638,13 @@ func (s *suite) testLostAnswer(t *testing.T) {
 	s.wantAllowed(ctx, t, "put with the new key", func() error { return put(ctx, c, n.bucket, "k3", "v") })
 
 	// A recorded key that is gone (deleted behind our back) is replaced.
-	spec.KeepKeyID = lost.AccessKeyID
+	spec.KeyID = lost.AccessKeyID
 	again, err := s.cfg.Driver.EnsureCredential(ctx, spec)
 	if err != nil {
-		t.Fatalf("EnsureCredential(KeepKeyID=deleted key): %v", err)
+		t.Fatalf("EnsureCredential(ReplaceKeys, KeyID=deleted key): %v", err)
 	}
 	if again.AccessKeyID == lost.AccessKeyID || again.SecretAccessKey == "" {
-		t.Errorf("EnsureCredential(KeepKeyID=deleted key) = key %q (secret set %v), want a new key with its secret",
+		t.Errorf("EnsureCredential(ReplaceKeys, KeyID=deleted key) = key %q (secret set %v), want a new key with its secret",
 			again.AccessKeyID, again.SecretAccessKey != "")
 	}
 	obs = s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
@@ -653,11 +653,11 @@ func (s *suite) testLostAnswer(t *testing.T) {
 	}
 }
 
-// testKeepOtherKeys is two callers of one credential that overlap: one
-// has recorded its key; the other, knowing none, makes a key beside it with
-// KeepOtherKeys, and the first key keeps working until the second caller,
-// having recorded its own, deletes the others.
-func (s *suite) testKeepOtherKeys(t *testing.T) {
+// testAddKey is two callers of one credential that overlap: one has
+// recorded its key; the other makes a key beside it (AddKey), and the
+// first key keeps working until the second caller, having recorded its
+// own, deletes the others (KeepOnlyKey).
+func (s *suite) testAddKey(t *testing.T) {
 	ctx := testContext(t)
 	n := s.newNames(t)
 	spec, first := s.bucketAndCredential(ctx, t, n)
@@ -673,25 +673,11 @@ func (s *suite) testKeepOtherKeys(t *testing.T) {
 	s.wantAllowed(ctx, t, "put with the first key", func() error { return put(ctx, c1, n.bucket, "k1", "v") })
 	s.wantAllowed(ctx, t, "put with the second key", func() error { return put(ctx, c2, n.bucket, "k2", "v") })
 
-	// With a live key to keep, it is returned and nothing changes.
-	spec.KeepKeyID = first.AccessKeyID
-	kept, err := s.cfg.Driver.EnsureCredential(ctx, spec)
-	if err != nil {
-		t.Fatalf("EnsureCredential(KeepOtherKeys, KeepKeyID): %v", err)
-	}
-	if kept.AccessKeyID != first.AccessKeyID || kept.SecretAccessKey != "" {
-		t.Errorf("EnsureCredential(KeepOtherKeys, KeepKeyID=%s) = key %q (secret set %v), want the kept key without its secret",
-			first.AccessKeyID, kept.AccessKeyID, kept.SecretAccessKey != "")
-	}
-	obs = s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
-	if got := slices.Sorted(slices.Values(obs.KeyIDs)); !slices.Equal(got, both) {
-		t.Errorf("live keys after keeping one = %q, want both %q", got, both)
-	}
-
 	// The caller that recorded the second key deletes the others.
-	spec.KeepOtherKeys, spec.KeepKeyID = false, second.AccessKeyID
-	if got, err := s.cfg.Driver.EnsureCredential(ctx, spec); err != nil || got.AccessKeyID != second.AccessKeyID {
-		t.Fatalf("EnsureCredential(KeepKeyID=second) = %q, %v; want the second key", got.AccessKeyID, err)
+	spec.Keys, spec.KeyID = driver.KeepOnlyKey, second.AccessKeyID
+	if got, err := s.cfg.Driver.EnsureCredential(ctx, spec); err != nil || got != (driver.Credential{AccessKeyID: second.AccessKeyID}) {
+		t.Fatalf("EnsureCredential(KeepOnlyKey, KeyID=second) = key %q (secret set %v), %v; want the second key without its secret",
+			got.AccessKeyID, got.SecretAccessKey != "", err)
 	}
 	obs = s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
 	if !slices.Equal(obs.KeyIDs, []string{second.AccessKeyID}) {
@@ -700,16 +686,16 @@ func (s *suite) testKeepOtherKeys(t *testing.T) {
 	s.wantDenied(ctx, t, "put with the deleted first key", func() error { return put(ctx, c1, n.bucket, "k3", "v") })
 }
 
-// testKeepOtherKeysAtLimit: a KeepOtherKeys call never deletes a key the
-// caller did not name in EvictKeyIDs, whatever the backend's limit on a
-// user's keys: with no room left it fails with *driver.KeyLimitError and
-// changes nothing; named keys give way (guarantee 10: another holder may
-// have recorded any other).
-func (s *suite) testKeepOtherKeysAtLimit(t *testing.T) {
+// testAddKeyAtLimit: AddKey never deletes a key the caller did not name in
+// Evict, whatever the backend's limit on a user's keys: with no room left
+// it fails with *driver.KeyLimitError and changes nothing; named keys give
+// way (guarantee 24: another holder may have recorded any other).
+func (s *suite) testAddKeyAtLimit(t *testing.T) {
 	ctx := testContext(t)
 	n := s.newNames(t)
 	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
-	spec := driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite, KeepOtherKeys: true}
+	spec := driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite, Keys: driver.AddKey}
+	s.revokeAfter(t, n.user, n.owner)
 	var made []string
 	var full *driver.KeyLimitError
 	for len(made) < 10 {
@@ -718,7 +704,7 @@ func (s *suite) testKeepOtherKeysAtLimit(t *testing.T) {
 			break
 		}
 		if err != nil {
-			t.Fatalf("EnsureCredential(KeepOtherKeys) after %d keys: %v", len(made), err)
+			t.Fatalf("EnsureCredential(AddKey) after %d keys: %v", len(made), err)
 		}
 		made = append(made, c.AccessKeyID)
 	}
@@ -736,10 +722,10 @@ func (s *suite) testKeepOtherKeysAtLimit(t *testing.T) {
 		t.Skipf("a limit of %d key leaves no key to keep beside an evicted one", len(made))
 	}
 	// The newest may go; the oldest (as if recorded) must stay.
-	spec.EvictKeyIDs = made[1:]
+	spec.Evict = made[1:]
 	c, err := s.cfg.Driver.EnsureCredential(ctx, spec)
 	if err != nil {
-		t.Fatalf("EnsureCredential(KeepOtherKeys, EvictKeyIDs=%q): %v", spec.EvictKeyIDs, err)
+		t.Fatalf("EnsureCredential(AddKey, Evict=%q): %v", spec.Evict, err)
 	}
 	obs = s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
 	if !slices.Contains(obs.KeyIDs, made[0]) || !slices.Contains(obs.KeyIDs, c.AccessKeyID) {
@@ -747,31 +733,41 @@ func (s *suite) testKeepOtherKeysAtLimit(t *testing.T) {
 	}
 }
 
-// testRequireKeepKey: with RequireKeepKey, a KeepKeyID key that is gone
-// makes EnsureCredential fail with ErrKeyGone and delete nothing (the
-// engine then makes a key beside the others and records it first); with
-// the key live, the others are deleted as without it.
-func (s *suite) testRequireKeepKey(t *testing.T) {
+// testKeepOnlyKey: with KeepOnlyKey, a KeyID that is gone makes
+// EnsureCredential fail with ErrKeyGone and delete nothing (the caller
+// then makes a key beside the others and records it first); with the key
+// live, the others are deleted. A user that is gone is not created.
+func (s *suite) testKeepOnlyKey(t *testing.T) {
 	ctx := testContext(t)
 	n := s.newNames(t)
 	spec, first := s.bucketAndCredential(ctx, t, n)
 	spec, second := s.keyBeside(ctx, t, spec, first)
-	spec.KeepOtherKeys, spec.RequireKeepKey = false, true
-	spec.KeepKeyID = "AKIAGONE" + strings.Repeat("0", 12)
+	spec.Keys = driver.KeepOnlyKey
+	spec.KeyID = "AKIAGONE" + strings.Repeat("0", 12)
 	_, err := s.cfg.Driver.EnsureCredential(ctx, spec)
-	wantErrorIs(t, "EnsureCredential(RequireKeepKey, KeepKeyID=gone)", err, driver.ErrKeyGone)
+	wantErrorIs(t, "EnsureCredential(KeepOnlyKey, KeyID=gone)", err, driver.ErrKeyGone)
 	both := slices.Sorted(slices.Values([]string{first.AccessKeyID, second.AccessKeyID}))
 	obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
 	if got := slices.Sorted(slices.Values(obs.KeyIDs)); !slices.Equal(got, both) {
 		t.Errorf("live keys = %q, want both %q untouched", got, both)
 	}
-	spec.KeepKeyID = second.AccessKeyID
-	if got, err := s.cfg.Driver.EnsureCredential(ctx, spec); err != nil || got.AccessKeyID != second.AccessKeyID {
-		t.Fatalf("EnsureCredential(RequireKeepKey, KeepKeyID=second) = %q, %v; want the second key", got.AccessKeyID, err)
+	spec.KeyID = second.AccessKeyID
+	if got, err := s.cfg.Driver.EnsureCredential(ctx, spec); err != nil || got != (driver.Credential{AccessKeyID: second.AccessKeyID}) {
+		t.Fatalf("EnsureCredential(KeepOnlyKey, KeyID=second) = key %q (secret set %v), %v; want the second key without its secret",
+			got.AccessKeyID, got.SecretAccessKey != "", err)
 	}
 	obs = s.observe(ctx, t, driver.ObserveRequest{UserName: n.user})
 	if !slices.Equal(obs.KeyIDs, []string{second.AccessKeyID}) {
 		t.Errorf("live keys = %q, want only [%s]", obs.KeyIDs, second.AccessKeyID)
+	}
+
+	if err := s.cfg.Driver.RevokeCredential(ctx, n.user, n.owner); err != nil {
+		t.Fatalf("RevokeCredential: %v", err)
+	}
+	_, err = s.cfg.Driver.EnsureCredential(ctx, spec)
+	wantErrorIs(t, "EnsureCredential(KeepOnlyKey) of a revoked user", err, driver.ErrKeyGone)
+	if obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user}); obs.UserExists {
+		t.Errorf("after KeepOnlyKey of a revoked user Observe = exists, keys %q; want no user", obs.KeyIDs)
 	}
 }
 
@@ -933,7 +929,7 @@ func (s *suite) testUserAdoptUnmarked(t *testing.T) {
 			t.Errorf("Inventory(%q) users after adoption: -want +got:\n%s", n.user, diff)
 		}
 	}
-	spec.KeepKeyID = cred.AccessKeyID
+	spec.KeyID = cred.AccessKeyID
 	again, err := s.cfg.Driver.EnsureCredential(ctx, spec)
 	if err != nil || again != (driver.Credential{AccessKeyID: cred.AccessKeyID}) {
 		t.Errorf("EnsureCredential after adoption = key %q (secret set %v), %v; want key %q and no secret",
@@ -941,15 +937,24 @@ func (s *suite) testUserAdoptUnmarked(t *testing.T) {
 	}
 }
 
-func (s *suite) testInvalidAccess(t *testing.T) {
+func (s *suite) testInvalidSpec(t *testing.T) {
 	ctx := testContext(t)
 	n := s.newNames(t)
 	s.ensureBucket(ctx, t, driver.BucketSpec{Name: n.bucket, Owner: n.owner})
 	s.revokeAfter(t, n.user, n.owner)
-	_, err := s.cfg.Driver.EnsureCredential(ctx, driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: "admin"})
-	wantErrorIs(t, `EnsureCredential(Access "admin")`, err, driver.ErrInvalid)
-	if obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user}); obs.UserExists {
-		t.Errorf("EnsureCredential with an invalid access mode created user %q", n.user)
+	spec := driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite}
+	for what, bad := range map[string]func(*driver.CredentialSpec){
+		`Access "admin"`:            func(s *driver.CredentialSpec) { s.Access = "admin" },
+		"an unknown key mode":       func(s *driver.CredentialSpec) { s.Keys = driver.KeepOnlyKey + 1 },
+		"KeepOnlyKey without KeyID": func(s *driver.CredentialSpec) { s.Keys = driver.KeepOnlyKey },
+	} {
+		spec := spec
+		bad(&spec)
+		_, err := s.cfg.Driver.EnsureCredential(ctx, spec)
+		wantErrorIs(t, "EnsureCredential with "+what, err, driver.ErrInvalid)
+		if obs := s.observe(ctx, t, driver.ObserveRequest{UserName: n.user}); obs.UserExists {
+			t.Errorf("EnsureCredential with %s created user %q", what, n.user)
+		}
 	}
 }
 
