@@ -1,0 +1,126 @@
+package adminapi
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/secure-io/sio-go"
+)
+
+func TestSealDecryptRoundTrip(t *testing.T) {
+	secret := "s3cr3t-key-of-the-admin"
+	salt, nonce := bytes.Repeat([]byte{7}, saltLen), bytes.Repeat([]byte{9}, nonceLen)
+	algs := map[string]byte{
+		"Argon2idAESGCM":           algArgon2idAESGCM,
+		"Argon2idChaCha20Poly1305": algArgon2idChaCha20Poly1305,
+		"PBKDF2AESGCM":             algPBKDF2AESGCM,
+	}
+	// Around sio's fragment size: a body of one, of exactly one, and of
+	// more than one fragment.
+	sizes := []int{0, 1, sio.BufSize - 1, sio.BufSize, sio.BufSize + 1, 3*sio.BufSize + 5}
+	for name, alg := range algs {
+		t.Run(name, func(t *testing.T) {
+			for _, size := range sizes {
+				plaintext := make([]byte, size)
+				for i := range plaintext {
+					plaintext[i] = byte(i*31 + 7)
+				}
+				sealed, err := seal(secret, alg, salt, nonce, plaintext)
+				if err != nil {
+					t.Fatalf("seal %d bytes: %v", size, err)
+				}
+				if !bytes.Equal(sealed[:saltLen], salt) || sealed[saltLen] != alg || !bytes.Equal(sealed[saltLen+1:headerLen], nonce) {
+					t.Fatalf("seal %d bytes: header %x, want salt, id %#x, nonce", size, sealed[:headerLen], alg)
+				}
+				if size > 0 && bytes.Contains(sealed, plaintext) {
+					t.Fatalf("seal %d bytes: the plaintext is in the output", size)
+				}
+				got, err := decrypt(secret, sealed)
+				if err != nil {
+					t.Fatalf("decrypt %d bytes: %v", size, err)
+				}
+				if !bytes.Equal(got, plaintext) {
+					t.Fatalf("decrypt %d bytes: got %d different bytes", size, len(got))
+				}
+			}
+		})
+	}
+}
+
+func TestEncryptFreshSaltAndNonce(t *testing.T) {
+	a, err := encrypt("secret-one", []byte("same"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := encrypt("secret-one", []byte("same"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a[saltLen] != algArgon2idAESGCM {
+		t.Errorf("encrypt uses algorithm %#x, want %#x (Argon2id, AES-256-GCM)", a[saltLen], algArgon2idAESGCM)
+	}
+	if bytes.Equal(a[:saltLen], b[:saltLen]) || bytes.Equal(a[saltLen+1:headerLen], b[saltLen+1:headerLen]) {
+		t.Errorf("two encryptions share a salt or a nonce")
+	}
+}
+
+func TestDecryptRefuses(t *testing.T) {
+	secret := "the-right-secret"
+	good, err := encrypt(secret, []byte(`{"secretKey":"x","status":"enabled"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	flip := func(i int) []byte {
+		b := bytes.Clone(good)
+		b[i] ^= 1
+		return b
+	}
+	tests := map[string]struct {
+		reason string
+		secret string
+		data   []byte
+		want   string
+	}{
+		"WrongSecret": {
+			reason: "a body encrypted with another secret key must not decrypt",
+			secret: "another-secret", data: good, want: "not authentic",
+		},
+		"AlteredCiphertext": {
+			reason: "a changed byte of the stream must be detected",
+			secret: secret, data: flip(len(good) - 1), want: "not authentic",
+		},
+		"AlteredSalt": {
+			reason: "a changed salt derives another key",
+			secret: secret, data: flip(0), want: "not authentic",
+		},
+		"AlteredNonce": {
+			reason: "a changed nonce must be detected",
+			secret: secret, data: flip(saltLen + 1), want: "not authentic",
+		},
+		"Truncated": {
+			reason: "a stream cut short must not pass as a shorter body",
+			secret: secret, data: good[:len(good)-1], want: "not authentic",
+		},
+		"ShortHeader": {
+			reason: "fewer bytes than the header is named as such",
+			secret: secret, data: good[:headerLen-1], want: "shorter than the 41-byte header",
+		},
+		"UnknownAlgorithm": {
+			reason: "an algorithm id outside the three is refused by name",
+			secret: secret, data: func() []byte { b := bytes.Clone(good); b[saltLen] = 3; return b }(),
+			want: "unknown encryption algorithm id 0x03",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := decrypt(tc.secret, tc.data)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%s\ndecrypt: got %q, %v; want an error containing %q", tc.reason, got, err, tc.want)
+			}
+			if strings.Contains(err.Error(), tc.secret) {
+				t.Errorf("the error names the secret key")
+			}
+		})
+	}
+}
