@@ -8,7 +8,7 @@
 //
 // MinIO's own client of this API, github.com/minio/madmin-go, is licensed
 // AGPL-3.0, which bucketbroker does not link. This package speaks the same
-// wire protocol from MinIO's public API behaviour, with permissively
+// wire protocol from MinIO's public API behavior, with permissively
 // licensed parts only:
 //
 //   - github.com/aws/aws-sdk-go-v2/aws/signer/v4 (Apache-2.0) signs every
