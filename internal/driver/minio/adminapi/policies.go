@@ -30,8 +30,9 @@ func (c *Client) AddCannedPolicy(ctx context.Context, name string, policy []byte
 }
 
 // CannedPolicy returns the document of the canned policy name, as the
-// server re-encodes it (its own field order and indentation, not the bytes
-// it was given). A missing policy is ErrNoSuchPolicy.
+// server re-encodes it: its own field order and indentation, and the
+// actions and resources of each statement, which it keeps as sets, in any
+// order. A missing policy is ErrNoSuchPolicy.
 func (c *Client) CannedPolicy(ctx context.Context, name string) ([]byte, error) {
 	if name == "" {
 		return nil, errors.New("minio admin info-canned-policy: policy name is required")
@@ -43,7 +44,7 @@ func (c *Client) CannedPolicy(ctx context.Context, name string) ([]byte, error) 
 }
 
 // RemoveCannedPolicy deletes the canned policy name, and its attachments to
-// users. A missing policy is ErrNoSuchPolicy.
+// users. Removing a policy that does not exist succeeds.
 func (c *Client) RemoveCannedPolicy(ctx context.Context, name string) error {
 	if name == "" {
 		return errors.New("minio admin remove-canned-policy: policy name is required")

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // The MinIO server the tests run against, named by the environment exactly
@@ -224,14 +225,23 @@ func TestServerUserLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CannedPolicy: %v", err)
 	}
-	var gotDoc, wantDoc any
+	// The server keeps actions and resources as sets: they come back in
+	// any order.
+	type policyDoc struct {
+		Version   string
+		Statement []struct {
+			Effect           string
+			Action, Resource []string
+		}
+	}
+	var gotDoc, wantDoc policyDoc
 	if err := json.Unmarshal(doc, &gotDoc); err != nil {
 		t.Fatalf("CannedPolicy answer %q: %v", doc, err)
 	}
 	if err := json.Unmarshal(bucketPolicy(own), &wantDoc); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(wantDoc, gotDoc); diff != "" {
+	if diff := cmp.Diff(wantDoc, gotDoc, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
 		t.Errorf("CannedPolicy document (-sent +read back):\n%s", diff)
 	}
 
@@ -291,6 +301,9 @@ func TestServerUserLifecycle(t *testing.T) {
 	if _, err := admin.CannedPolicy(ctx, policy); !errors.Is(err, ErrNoSuchPolicy) {
 		t.Errorf("CannedPolicy of a removed policy: got %v, want ErrNoSuchPolicy", err)
 	}
+	if err := admin.RemoveCannedPolicy(ctx, policy); err != nil {
+		t.Errorf("RemoveCannedPolicy of a missing policy: %v, want success", err)
+	}
 }
 
 // TestServerRefusals checks that a call the server refuses returns an error
@@ -299,13 +312,17 @@ func TestServerRefusals(t *testing.T) {
 	cfg := liveConfig(t)
 	admin := newClient(t, cfg)
 	id := randomHex(6)
-	user, secret := "bbu"+id, randomHex(16)
+	// user is never created (the cases that would create it must not);
+	// policyUser is, to have a policy attached.
+	user, policyUser, secret := "bbu"+id, "bbp"+id, randomHex(16)
 	policy := "bbpol-" + id
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := admin.RemoveUser(ctx, user); err != nil && !errors.Is(err, ErrNoSuchUser) {
-			t.Errorf("cleanup: RemoveUser: %v", err)
+		for _, u := range []string{user, policyUser} {
+			if err := admin.RemoveUser(ctx, u); err != nil && !errors.Is(err, ErrNoSuchUser) {
+				t.Errorf("cleanup: RemoveUser %s: %v", u, err)
+			}
 		}
 		if err := admin.RemoveCannedPolicy(ctx, policy); err != nil && !errors.Is(err, ErrNoSuchPolicy) {
 			t.Errorf("cleanup: RemoveCannedPolicy: %v", err)
@@ -374,12 +391,18 @@ func TestServerRefusals(t *testing.T) {
 			wantIs: ErrNoSuchUser,
 			want:   []string{"minio admin idp/builtin/policy/attach: XMinioAdminNoSuchUser (HTTP 404)"},
 		},
-		"RemoveMissingPolicy": {
-			reason: "removing a policy that does not exist must say so",
+		"AttachMissingPolicy": {
+			reason: "attaching a policy that does not exist must say so",
 			cfg:    cfg,
-			call:   func(ctx context.Context, c *Client) error { return c.RemoveCannedPolicy(ctx, policy) },
+			call: func(ctx context.Context, c *Client) error {
+				if err := c.AddUser(ctx, policyUser, secret); err != nil {
+					return fmt.Errorf("AddUser first: %w", err)
+				}
+				_, err := c.AttachPolicy(ctx, policyUser, policy)
+				return err
+			},
 			wantIs: ErrNoSuchPolicy,
-			want:   []string{"minio admin remove-canned-policy: XMinioAdminNoSuchPolicy (HTTP 404)"},
+			want:   []string{"minio admin idp/builtin/policy/attach: XMinioAdminNoSuchPolicy (HTTP 404)"},
 		},
 		"Unreachable": {
 			reason: "a closed port must be named as refused",

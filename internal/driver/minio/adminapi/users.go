@@ -45,8 +45,8 @@ func (w userInfoWire) info() UserInfo {
 // AddUser creates the user accessKey with the secret key secretKey,
 // enabled, or, if it exists, gives it that secret key (the old one stops
 // working) and enables it; its policies stay as they are. The secret key
-// travels encrypted. MinIO takes access keys of 3 to 20 characters and
-// secret keys of 8 to 40; it refuses others.
+// travels encrypted. MinIO refuses access keys shorter than 3 characters
+// or holding '=' or ',', and secret keys shorter than 8.
 func (c *Client) AddUser(ctx context.Context, accessKey, secretKey string) error {
 	if accessKey == "" || secretKey == "" {
 		return errors.New("minio admin add-user: access key and secret key are required")
