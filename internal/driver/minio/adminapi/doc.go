@@ -23,9 +23,9 @@
 //
 // # Encrypted bodies
 //
-// Requests that carry a secret (add-user, with the user's secret key) and
-// some answers (list-users; attach and detach) are encrypted with the
-// admin's secret key, the one key both ends hold:
+// The bodies of the add-user (it carries the user's secret key), attach and
+// detach requests, and of the list-users, attach and detach answers, are
+// encrypted with the admin's secret key, the one key both ends hold:
 //
 //	salt (32 bytes) | algorithm id (1) | nonce (8) | sio stream
 //
@@ -43,4 +43,8 @@
 // errors.Is tells the codes a caller branches on: ErrNoSuchUser,
 // ErrNoSuchPolicy, ErrCredentialsRejected (a wrong or unknown admin key),
 // ErrPolicyChangeAlreadyApplied. Secret keys never appear in errors.
+//
+// Each call is one request, with a deadline (Config.CallTimeout) when the
+// caller's context has none, and is not retried here: the caller decides
+// what is worth another attempt.
 package adminapi
