@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
@@ -226,11 +227,14 @@ func (cl *Client) do(ctx context.Context, c call) ([]byte, error) {
 }
 
 // answerError is the *Error of a refusal: MinIO answers admin calls' errors
-// in JSON ({"Code": ..., "Message": ...}); anything else (a proxy's page)
-// is quoted, shortened.
+// in JSON ({"Code": ..., "Message": ...}), a few (set-bucket-quota's) in
+// S3's XML; anything else (a proxy's page) is quoted, shortened.
 func answerError(op string, status int, answer []byte) *Error {
 	var wire struct{ Code, Message string }
 	if err := json.Unmarshal(answer, &wire); err == nil && wire.Code != "" {
+		return &Error{Op: op, StatusCode: status, Code: wire.Code, Message: wire.Message}
+	}
+	if err := xml.Unmarshal(answer, &wire); err == nil && wire.Code != "" {
 		return &Error{Op: op, StatusCode: status, Code: wire.Code, Message: wire.Message}
 	}
 	text := strings.TrimSpace(string(answer))

@@ -78,6 +78,13 @@ func TestAnswerError(t *testing.T) {
 			is:     ErrCredentialsRejected,
 			text:   "minio admin user-info: credentials rejected: SignatureDoesNotMatch (HTTP 403): The request signature",
 		},
+		"XML": {
+			reason: "an error in S3's XML gives the code and message too",
+			status: 400,
+			answer: `<?xml version="1.0" encoding="UTF-8"?>` + "\n" + `<Error><Code>InvalidArgument</Code><Message>Invalid quota config</Message><Resource>/minio/admin/v3/set-bucket-quota</Resource></Error>`,
+			want:   &Error{Op: "user-info", StatusCode: 400, Code: "InvalidArgument", Message: "Invalid quota config"},
+			text:   "minio admin user-info: InvalidArgument (HTTP 400): Invalid quota config",
+		},
 		"NotJSON": {
 			reason: "an answer that is not MinIO's (a proxy's page) is quoted, shortened",
 			status: 502,

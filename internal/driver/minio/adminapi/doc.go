@@ -1,8 +1,9 @@
 // Package adminapi is a client of MinIO's admin REST API
 // (/minio/admin/v3/...), the API through which MinIO manages its users and
 // their policies (MinIO has no AWS IAM API). It covers what a driver needs:
-// users (add, remove, info, list) and canned policies (add, read, remove,
-// attach to a user, detach).
+// users (add, remove, info, list), canned policies (add, read, remove,
+// attach to a user, detach) and buckets' quotas (a hard limit on size;
+// MinIO has none on the number of objects).
 //
 // # Why it is written here
 //

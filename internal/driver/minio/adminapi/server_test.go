@@ -453,3 +453,87 @@ func closedAddr(t *testing.T) string {
 	l.Close()
 	return addr
 }
+
+// TestServerBucketQuota sets, changes and clears a bucket's hard size quota
+// and checks each by what a write of an object of a given size gets.
+func TestServerBucketQuota(t *testing.T) {
+	cfg := liveConfig(t)
+	admin := newClient(t, cfg)
+	root := s3Client(cfg.Endpoint, cfg.AccessKey, cfg.SecretKey)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	bucket := "bbmadm-quota-" + randomHex(6)
+	makeBuckets(t, root, bucket)
+	// Writes ask first (Expect: 100-continue): the server refuses one
+	// past the quota before reading its body, and closes the connection
+	// on a client still sending it.
+	root = s3.New(root.Options(), func(o *s3.Options) { o.ContinueHeaderThresholdBytes = 1 })
+
+	const mib = 1 << 20
+	putSize := func(size int) string {
+		t.Helper()
+		_, err := root.PutObject(ctx, &s3.PutObjectInput{
+			Bucket: &bucket, Key: aws.String("k"),
+			Body: strings.NewReader(strings.Repeat("x", size)), ContentLength: aws.Int64(int64(size)),
+		})
+		if err != nil && errorCode(err) == "" {
+			t.Fatalf("PutObject %d bytes: %v", size, err)
+		}
+		return errorCode(err)
+	}
+	quota := func() uint64 {
+		t.Helper()
+		q, err := admin.BucketQuota(ctx, bucket)
+		if err != nil {
+			t.Fatalf("BucketQuota: %v", err)
+		}
+		return q
+	}
+
+	if q := quota(); q != 0 {
+		t.Errorf("BucketQuota of a new bucket: %d, want 0", q)
+	}
+	if err := admin.SetBucketQuota(ctx, bucket, mib); err != nil {
+		t.Fatalf("SetBucketQuota 1 MiB: %v", err)
+	}
+	if q := quota(); q != mib {
+		t.Errorf("BucketQuota: %d, want %d", q, mib)
+	}
+	if code := putSize(2 * mib); code != "XMinioAdminBucketQuotaExceeded" {
+		t.Errorf("2 MiB object under a 1 MiB quota: PutObject got %q, want XMinioAdminBucketQuotaExceeded", code)
+	}
+	if code := putSize(mib / 2); code != "" {
+		t.Errorf("0.5 MiB object under a 1 MiB quota: PutObject got %q, want success", code)
+	}
+
+	// A larger limit applies at once.
+	if err := admin.SetBucketQuota(ctx, bucket, 4*mib); err != nil {
+		t.Fatalf("SetBucketQuota 4 MiB: %v", err)
+	}
+	if q := quota(); q != 4*mib {
+		t.Errorf("BucketQuota: %d, want %d", q, 4*mib)
+	}
+	if code := putSize(2 * mib); code != "" {
+		t.Errorf("2 MiB object under a 4 MiB quota: PutObject got %q, want success", code)
+	}
+
+	// Cleared, no limit.
+	if err := admin.SetBucketQuota(ctx, bucket, 0); err != nil {
+		t.Fatalf("SetBucketQuota 0: %v", err)
+	}
+	if q := quota(); q != 0 {
+		t.Errorf("BucketQuota after clearing: %d, want 0", q)
+	}
+	if code := putSize(5 * mib); code != "" {
+		t.Errorf("5 MiB object without a quota: PutObject got %q, want success", code)
+	}
+
+	missing := "bbmadm-missing-" + randomHex(6)
+	var apiErr *Error
+	if err := admin.SetBucketQuota(ctx, missing, mib); !errors.As(err, &apiErr) || apiErr.Code != "NoSuchBucket" {
+		t.Errorf("SetBucketQuota of a missing bucket: got %v, want code NoSuchBucket", err)
+	}
+	if _, err := admin.BucketQuota(ctx, missing); !errors.As(err, &apiErr) || apiErr.Code != "NoSuchBucket" {
+		t.Errorf("BucketQuota of a missing bucket: got %v, want code NoSuchBucket", err)
+	}
+}
