@@ -10,29 +10,33 @@ import (
 )
 
 func TestSealDecryptRoundTrip(t *testing.T) {
+	// Each algorithm once, with a body of more than one sio fragment;
+	// then the body sizes around the fragment size, with the cheap key
+	// derivation (an Argon2id one takes 64 MiB and, under the race
+	// detector, seconds).
+	tests := map[string]struct {
+		alg   byte
+		sizes []int
+	}{
+		"Argon2idAESGCM":           {algArgon2idAESGCM, []int{sio.BufSize + 1}},
+		"Argon2idChaCha20Poly1305": {algArgon2idChaCha20Poly1305, []int{sio.BufSize + 1}},
+		"PBKDF2AESGCM":             {algPBKDF2AESGCM, []int{0, 1, sio.BufSize - 1, sio.BufSize, sio.BufSize + 1, 3*sio.BufSize + 5}},
+	}
 	secret := "s3cr3t-key-of-the-admin"
 	salt, nonce := bytes.Repeat([]byte{7}, saltLen), bytes.Repeat([]byte{9}, nonceLen)
-	algs := map[string]byte{
-		"Argon2idAESGCM":           algArgon2idAESGCM,
-		"Argon2idChaCha20Poly1305": algArgon2idChaCha20Poly1305,
-		"PBKDF2AESGCM":             algPBKDF2AESGCM,
-	}
-	// Around sio's fragment size: a body of one, of exactly one, and of
-	// more than one fragment.
-	sizes := []int{0, 1, sio.BufSize - 1, sio.BufSize, sio.BufSize + 1, 3*sio.BufSize + 5}
-	for name, alg := range algs {
+	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			for _, size := range sizes {
+			for _, size := range tc.sizes {
 				plaintext := make([]byte, size)
 				for i := range plaintext {
 					plaintext[i] = byte(i*31 + 7)
 				}
-				sealed, err := seal(secret, alg, salt, nonce, plaintext)
+				sealed, err := seal(secret, tc.alg, salt, nonce, plaintext)
 				if err != nil {
 					t.Fatalf("seal %d bytes: %v", size, err)
 				}
-				if !bytes.Equal(sealed[:saltLen], salt) || sealed[saltLen] != alg || !bytes.Equal(sealed[saltLen+1:headerLen], nonce) {
-					t.Fatalf("seal %d bytes: header %x, want salt, id %#x, nonce", size, sealed[:headerLen], alg)
+				if !bytes.Equal(sealed[:saltLen], salt) || sealed[saltLen] != tc.alg || !bytes.Equal(sealed[saltLen+1:headerLen], nonce) {
+					t.Fatalf("seal %d bytes: header %x, want salt, id %#x, nonce", size, sealed[:headerLen], tc.alg)
 				}
 				if size >= 16 && bytes.Contains(sealed, plaintext) {
 					t.Fatalf("seal %d bytes: the plaintext is in the output", size)
