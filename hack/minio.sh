@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds and runs a MinIO server (single drive, one process) for the tests
-# of MinIO's admin API client (internal/driver/minio/madmin).
+# of MinIO's admin API client (internal/driver/minio/adminapi).
 #
 #   hack/minio.sh build       build (once) and print the cached binary
 #   hack/minio.sh cached      print the cached binary; fail if not built
@@ -25,9 +25,10 @@
 # own).
 #
 # The module is served at a pseudo-version (MinIO tags releases in a form Go
-# does not read as versions) and has no replace directives, so `go install`
-# builds it with its own go.mod. It takes a long time (a large dependency
-# tree) and a few GB of build cache; the binary is cached.
+# does not read as versions), asks for Go 1.24 and has no replace
+# directives, so `go install` builds it with the Go the tests use and its
+# own go.mod. It takes long (a large dependency tree: about 10 minutes of
+# CPU); the binary (about 150 MB) is cached.
 #
 # Environment:
 #   BUCKETBROKER_CACHE   build cache root (default ~/.cache/bucketbroker)
