@@ -1,6 +1,7 @@
 package adminapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -535,5 +537,110 @@ func TestServerBucketQuota(t *testing.T) {
 	}
 	if _, err := admin.BucketQuota(ctx, missing); !errors.As(err, &apiErr) || apiErr.Code != "NoSuchBucket" {
 		t.Errorf("BucketQuota of a missing bucket: got %v, want code NoSuchBucket", err)
+	}
+}
+
+// TestServerSelfServiceKeys shows what a user may do to its own keys
+// through the admin API, which a policy that allows only S3 actions does
+// not stop: MinIO checks a user's calls about itself against explicit
+// Deny statements only. Such a user can mint a service account (a second
+// key with its rights, which a new secret key for the user leaves alive)
+// and set its own secret key. A Deny of admin:CreateServiceAccount and
+// admin:CreateUser stops both; removing the user stops the keys it minted.
+func TestServerSelfServiceKeys(t *testing.T) {
+	cfg := liveConfig(t)
+	admin := newClient(t, cfg)
+	root := s3Client(cfg.Endpoint, cfg.AccessKey, cfg.SecretKey)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+
+	id := randomHex(6)
+	own := "bbmadm-self-" + id
+	user, secret := "bbs"+id, randomHex(16)
+	policy := "bbpol-self-" + id
+	makeBuckets(t, root, own)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := admin.RemoveUser(ctx, user); err != nil && !errors.Is(err, ErrNoSuchUser) {
+			t.Errorf("cleanup: RemoveUser: %v", err)
+		}
+		if err := admin.RemoveCannedPolicy(ctx, policy); err != nil {
+			t.Errorf("cleanup: RemoveCannedPolicy: %v", err)
+		}
+	})
+	if err := admin.AddUser(ctx, user, secret); err != nil {
+		t.Fatalf("AddUser: %v", err)
+	}
+	if err := admin.AddCannedPolicy(ctx, policy, bucketPolicy(own)); err != nil {
+		t.Fatalf("AddCannedPolicy: %v", err)
+	}
+	if _, err := admin.AttachPolicy(ctx, user, policy); err != nil {
+		t.Fatalf("AttachPolicy: %v", err)
+	}
+
+	// The user's own admin client, and the service account call (which
+	// this package does not offer: a driver has no use for it).
+	self := newClient(t, Config{Endpoint: cfg.Endpoint, AccessKey: user, SecretKey: secret})
+	mint := func(access, secret string) error {
+		body, err := json.Marshal(map[string]string{"accessKey": access, "secretKey": secret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = self.do(ctx, call{method: http.MethodPut, op: "add-service-account", body: body, encryptBody: true, decryptAnswer: true})
+		return err
+	}
+
+	minted, mintedSecret := "bbsa"+id, randomHex(16)
+	if err := mint(minted, mintedSecret); err != nil {
+		t.Fatalf("a user with an S3-only policy mints a service account for itself: %v, want success (MinIO allows it)", err)
+	}
+	mintedS3 := s3Client(cfg.Endpoint, minted, mintedSecret)
+	if code := put(t, mintedS3, own); code != "" {
+		t.Errorf("minted service account: PutObject got %q, want success (it has the user's rights)", code)
+	}
+	if err := admin.AddUser(ctx, user, randomHex(16)); err != nil {
+		t.Fatalf("AddUser with a new secret: %v", err)
+	}
+	if code := put(t, mintedS3, own); code != "" {
+		t.Errorf("minted service account after the user's new secret key: PutObject got %q, want success (MinIO keeps it)", code)
+	}
+	secret = randomHex(16)
+	if err := admin.AddUser(ctx, user, secret); err != nil {
+		t.Fatalf("AddUser with a known secret: %v", err)
+	}
+	self = newClient(t, Config{Endpoint: cfg.Endpoint, AccessKey: user, SecretKey: secret})
+	if err := self.AddUser(ctx, user, randomHex(16)); err != nil {
+		t.Errorf("a user with an S3-only policy sets its own secret key: %v, want success (MinIO allows it)", err)
+	}
+
+	// The same policy with a Deny of both: refused.
+	denying := bytes.Replace(bucketPolicy(own), []byte(`"Statement":[`),
+		[]byte(`"Statement":[{"Effect":"Deny","Action":["admin:CreateServiceAccount","admin:CreateUser"]},`), 1)
+	if err := admin.AddCannedPolicy(ctx, policy, denying); err != nil {
+		t.Fatalf("AddCannedPolicy with the Deny: %v", err)
+	}
+	secret = randomHex(16)
+	if err := admin.AddUser(ctx, user, secret); err != nil {
+		t.Fatalf("AddUser with a known secret: %v", err)
+	}
+	self = newClient(t, Config{Endpoint: cfg.Endpoint, AccessKey: user, SecretKey: secret})
+	var apiErr *Error
+	if err := mint("bbsb"+id, randomHex(16)); !errors.As(err, &apiErr) || apiErr.Code != "AccessDenied" {
+		t.Errorf("mint under the Deny: got %v, want AccessDenied", err)
+	}
+	if err := self.AddUser(ctx, user, randomHex(16)); !errors.As(err, &apiErr) || apiErr.Code != "AccessDenied" {
+		t.Errorf("own secret key under the Deny: got %v, want AccessDenied", err)
+	}
+	if code := put(t, s3Client(cfg.Endpoint, user, secret), own); code != "" {
+		t.Errorf("user under the Deny: PutObject got %q, want success (its S3 rights unchanged)", code)
+	}
+
+	// Removing the user removes the service account it minted.
+	if err := admin.RemoveUser(ctx, user); err != nil {
+		t.Fatalf("RemoveUser: %v", err)
+	}
+	if code := put(t, mintedS3, own); code != "InvalidAccessKeyId" {
+		t.Errorf("minted service account after RemoveUser: PutObject got %q, want InvalidAccessKeyId", code)
 	}
 }
