@@ -62,6 +62,14 @@ test-seaweedfs: ## Run the s3iam driver's conformance suite against SeaweedFS (w
 	  env=$$(hack/seaweedfs.sh start "$$dir") && eval "$$env" && \
 	  $(GO) test -count=1 -v -timeout 15m -run TestConformanceSeaweedFS ./internal/driver/s3iam
 
+.PHONY: test-minio
+test-minio: ## Run the MinIO admin API client's tests against a MinIO server (built once by hack/minio.sh, about 25 minutes cold)
+	hack/minio.sh build >/dev/null
+	dir=$$(mktemp -d "$${TMPDIR:-/tmp}/bucketbroker-minio.XXXXXX"); \
+	  trap 'hack/minio.sh stop "$$dir"; rm -rf "$$dir"' EXIT; \
+	  env=$$(hack/minio.sh start "$$dir") && eval "$$env" && \
+	  $(GO) test -count=1 -v -timeout 15m ./internal/driver/minio/...
+
 .PHONY: generate
 generate: ## Regenerate deepcopy code and CRD YAML from api/ (controller-gen, cached)
 	hack/generate.sh
