@@ -49,8 +49,9 @@ type listing struct {
 
 const stuckHelp = `An operation is stuck (--stuck, and the STUCK column of -o wide) when it
 is in progress and either
-  - its deadline has passed: the engine ends an operation at its deadline,
-    so one still in progress after it is driven by no replica; or
+  - its deadline has passed: the engine fails an operation at its deadline
+    (once the backend call in flight then returns), so one still in
+    progress after it is not being driven; or
   - no replica holds its lease, and none has for longer than --stuck-after
     (counted from the end of its last lease, or from its start when it never
     had one): every replica resumes such an operation within a sweep
@@ -468,9 +469,12 @@ Deprovisioned instances (phase deleted) are listed only with
   # Failed provisions of one plan in the last day, as JSON
   bucketbroker admin instances --state failed --plan 6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1b11 --newer-than 24h -o json
 
-  # Stuck operations of the upstream "postgres"; then the next 100 after the first 100
+  # Instances of the upstream "postgres" whose operation is stuck
   bucketbroker admin instances --stuck --backend postgres
-  bucketbroker admin instances --limit 100 --after 3f0c…`,
+
+  # 100 at a time: standard error names the --after of the next 100
+  bucketbroker admin instances --limit 100
+  bucketbroker admin instances --limit 100 --after 3f0c2a9e-5b1d-4c7e-9f0a-1b2c3d4e5f60`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return l.run(cmd, []engine.Kind{engine.KindInstance})

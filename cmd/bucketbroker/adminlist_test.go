@@ -226,7 +226,7 @@ func TestAdminListings(t *testing.T) {
 		squash := func(s string) string { return regexp.MustCompile(` +`).ReplaceAllString(s, " ") }
 		out, _ := run(t, "show", "i1")
 		out = squash(out)
-		for _, want := range []string{"Kind: instance", "Bucket created: yes", "Owner mark: bucketbroker:instance:", "Bindings: 1 b1",
+		for _, want := range []string{"Kind: instance", "Bucket created: yes", "Owner mark: bucketbroker:instance:", "Bindings: 1: b1",
 			"Owner marks: not checked", "Operation: provision succeeded"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("show i1 lacks %q:\n%s", want, out)

@@ -366,7 +366,11 @@ func writeShown(w io.Writer, sh shown, checked bool, now time.Time) error {
 	line("  Identity", sh.Identity)
 	line("  Stuck", sh.Stuck)
 	if sh.Kind == engine.KindInstance {
-		line("Bindings", fmt.Sprintf("%d %s", len(sh.Bindings), strings.Join(sh.Bindings, " ")))
+		bindings := "none"
+		if len(sh.Bindings) > 0 {
+			bindings = fmt.Sprintf("%d: %s", len(sh.Bindings), strings.Join(sh.Bindings, " "))
+		}
+		line("Bindings", bindings)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
