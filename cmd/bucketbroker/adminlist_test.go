@@ -16,6 +16,7 @@ import (
 	"github.com/bucketbroker/bucketbroker/internal/broker"
 	"github.com/bucketbroker/bucketbroker/internal/engine"
 	"github.com/bucketbroker/bucketbroker/internal/storage"
+	"github.com/bucketbroker/bucketbroker/test/harness"
 )
 
 const (
@@ -288,11 +289,13 @@ func TestAdminListingsRefuse(t *testing.T) {
 		"BadKind":      {"show takes instance or binding", []string{"show", "x", "--kind", "claim"}, "--kind"},
 		"NoStore":      {"no store in the data dir: nothing to list, and none is created", []string{"instances"}, "no bucketbroker store here"},
 		"ShowNoRecord": {"an id no record has", []string{"show", "nobody"}, "no bucketbroker store here"},
+		"DSNPassword": {"a store that cannot be reached: the error names it without its password",
+			[]string{"instances", "--store", "postgres://bucketbroker:pw-never-printed@127.0.0.1:1/bucketbroker?connect_timeout=2"}, "open postgres store"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, _, _, err := runAuditCmd(t, "", append(append([]string{"admin"}, tc.args...), "--data-dir", empty)...)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("%s\nerr = %v, want one containing %q", tc.reason, err, tc.want)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "pw-never-printed") {
+				t.Errorf("%s\nerr = %v, want one containing %q (and no password)", tc.reason, err, tc.want)
 			}
 		})
 	}
@@ -311,5 +314,81 @@ func TestAdminListingsRefuse(t *testing.T) {
 	_, _, _, err = runAuditCmd(t, "", "admin", "show", "nobody", "--data-dir", dir)
 	if err == nil || !strings.Contains(err.Error(), `no instance or binding has the id "nobody"`) {
 		t.Errorf("show of an unknown id: err = %v", err)
+	}
+}
+
+// TestAdminListingsPostgres runs the listings on a PostgreSQL store with a
+// writer open on it, as replicas of serve hold it.
+func TestAdminListingsPostgres(t *testing.T) {
+	dsn, empty := harness.PostgresSchema(t), harness.PostgresSchema(t)
+	ctx := t.Context()
+	w, err := broker.OpenStore(ctx, dsn, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	now := time.Now().UTC()
+	sealed := []byte("sealed-secret-bytes-never-printed")
+	recs := []*engine.Record{
+		{Kind: engine.KindInstance, ID: "p1", Fingerprint: "fp", Backend: "bucket", Phase: engine.PhaseReady,
+			Request: engine.Request{ServiceID: testService, PlanID: testPlan},
+			Op:      engine.Operation{ID: "op1", Type: engine.OpProvision, State: engine.OpSucceeded, StartedAt: now, EndedAt: now}},
+		{Kind: engine.KindInstance, ID: "p2", Fingerprint: "fp", Backend: "upstream-a", Phase: engine.PhaseProvisioning,
+			Request: engine.Request{ServiceID: testService, PlanID: testPlan},
+			Op: engine.Operation{ID: "op2", Type: engine.OpProvision, State: engine.OpInProgress,
+				StartedAt: now.Add(-2 * time.Hour), Deadline: now.Add(-time.Hour)}},
+		{Kind: engine.KindBinding, ID: "pb1", InstanceID: "p1", Fingerprint: "fp", Backend: "bucket", Phase: engine.PhaseReady,
+			Request: engine.Request{ServiceID: testService, PlanID: testPlan}, SealedSecret: sealed,
+			Op: engine.Operation{ID: "op3", Type: engine.OpBind, State: engine.OpSucceeded, StartedAt: now, EndedAt: now}},
+	}
+	for _, r := range recs {
+		if err := w.Insert(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var outputs []string
+	for name, tc := range map[string]struct {
+		args []string
+		want []string
+	}{
+		"Instances": {[]string{"instances"}, []string{"p1", "p2"}},
+		"Stuck":     {[]string{"instances", "--stuck", "--backend", "upstream-a"}, []string{"p2"}},
+		"Bindings":  {[]string{"bindings", "--instance", "p1"}, []string{"pb1"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, stderr, _, err := runAuditCmd(t, "", append(append([]string{"admin"}, tc.args...), "--store", dsn)...)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, stderr)
+			}
+			outputs = append(outputs, out)
+			if diff := cmp.Diff(tc.want, firstColumn(t, out)); diff != "" {
+				t.Errorf("admin %s rows (-want +got):\n%s", strings.Join(tc.args, " "), diff)
+			}
+		})
+	}
+	out, stderr, _, err := runAuditCmd(t, "", "admin", "show", "pb1", "-o", "json", "--store", dsn)
+	if err != nil {
+		t.Fatalf("show: %v\n%s", err, stderr)
+	}
+	outputs = append(outputs, out)
+	var sh shown
+	if err := json.Unmarshal([]byte(out), &sh); err != nil || !sh.SecretSealed || sh.InstanceID != "p1" {
+		t.Errorf("show pb1 -o json: %v, %+v", err, sh)
+	}
+	for _, out := range outputs {
+		if strings.Contains(out, string(sealed)) || strings.Contains(out, base64.StdEncoding.EncodeToString(sealed)) {
+			t.Errorf("a listing printed the sealed secret:\n%s", out)
+		}
+	}
+
+	// A schema without a store: refused, and left without tables.
+	_, _, _, err = runAuditCmd(t, "", "admin", "operations", "--store", empty)
+	if err == nil || !strings.Contains(err.Error(), "no bucketbroker store here") {
+		t.Errorf("operations on an empty schema: err = %v, want a refusal", err)
+	}
+	e, err := broker.OpenStoreReadOnly(ctx, empty, "")
+	if err == nil {
+		e.Close()
+		t.Errorf("the refused listing created a store in the empty schema")
 	}
 }
