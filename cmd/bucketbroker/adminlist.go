@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -369,6 +370,30 @@ func truncate(s string, n int) string {
 	return s
 }
 
+// errEnough ends a listing whose --limit is reached.
+var errEnough = errors.New("enough rows")
+
+// eachRecord calls fn with each record opts selects, in order, reading the
+// store a page at a time, until the records run out or fn returns an error.
+func eachRecord(ctx context.Context, s engine.Store, opts engine.ListOptions, fn func(*engine.Record) error) error {
+	opts.Limit = listPageSize
+	for {
+		page, err := s.List(ctx, opts)
+		if err != nil {
+			return err
+		}
+		for _, r := range page {
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+		if len(page) < listPageSize {
+			return nil
+		}
+		opts.After = engine.KeyOf(page[len(page)-1])
+	}
+}
+
 // run lists the records of kind (both kinds, instances first, for
 // operations) that pass the filters, reading the store a page at a time.
 func (l *listing) run(cmd *cobra.Command, kinds []engine.Kind) error {
@@ -386,39 +411,31 @@ func (l *listing) run(cmd *cobra.Command, kinds []engine.Kind) error {
 	keep := l.filter()
 	p := newPrinter(cmd.OutOrStdout(), l, kinds[0], now)
 	var last engine.RecordKey
-	more := false
-pages:
 	for _, kind := range kinds {
-		opts := engine.ListOptions{Kind: kind, InstanceID: l.instance, Limit: listPageSize,
+		opts := engine.ListOptions{Kind: kind, InstanceID: l.instance,
 			// Only the in-progress operations, through the store's index
 			// of them, where nothing else can be listed.
 			Unfinished: l.stuck || (l.ops && (len(l.states) == 0 || slices.Equal(l.states, []string{"in-progress"})))}
 		if l.after != "" {
 			opts.After = engine.RecordKey{Kind: kind, ID: l.after}
 		}
-		for {
-			page, err := s.List(ctx, opts)
-			if err != nil {
-				return err
+		err = eachRecord(ctx, s, opts, func(r *engine.Record) error {
+			if !keep(r, now) {
+				return nil
 			}
-			for _, r := range page {
-				if !keep(r, now) {
-					continue
-				}
-				if l.limit > 0 && p.n == l.limit {
-					more = true
-					break pages
-				}
-				if err := p.print(rowOf(r, now, l.stuckAfter)); err != nil {
-					return err
-				}
-				last = engine.KeyOf(r)
+			if l.limit > 0 && p.n == l.limit {
+				return errEnough
 			}
-			if len(page) < listPageSize {
-				break
-			}
-			opts.After = engine.KeyOf(page[len(page)-1])
+			last = engine.KeyOf(r)
+			return p.print(rowOf(r, now, l.stuckAfter))
+		})
+		if err != nil {
+			break
 		}
+	}
+	more := errors.Is(err, errEnough)
+	if err != nil && !more {
+		return err
 	}
 	if err := p.close("No " + l.what(kinds) + " match."); err != nil {
 		return err
@@ -456,10 +473,10 @@ and why the operation is stuck, if it is. -o json prints the same fields
 as one JSON list. No secret is printed: records keep a binding's secret
 sealed, and the listings leave out parameters and context.
 
-The store is opened read-only (nothing is created, migrated or written),
-so this is safe beside a running serve, on SQLite and PostgreSQL, and
-read a page at a time, so its memory does not grow with the store.
-Deprovisioned instances (phase deleted) are listed only with
+The store is opened read-only (nothing is created or migrated, and its
+connections refuse writes), so this is safe beside a running serve, on
+SQLite and PostgreSQL. It is read a page at a time; the table is aligned
+once all its rows are in, -o json is written as they come. Deprovisioned instances (phase deleted) are listed only with
 --state deleted.
 
 ` + stuckHelp,

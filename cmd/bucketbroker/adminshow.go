@@ -181,20 +181,11 @@ func findRecord(ctx context.Context, s engine.Store, kind engine.Kind, id string
 
 func bindingsOf(ctx context.Context, s engine.Store, instanceID string) ([]string, error) {
 	var ids []string
-	opts := engine.ListOptions{Kind: engine.KindBinding, InstanceID: instanceID, Limit: listPageSize}
-	for {
-		page, err := s.List(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		for _, b := range page {
-			ids = append(ids, b.ID)
-		}
-		if len(page) < listPageSize {
-			return ids, nil
-		}
-		opts.After = engine.KeyOf(page[len(page)-1])
-	}
+	err := eachRecord(ctx, s, engine.ListOptions{Kind: engine.KindBinding, InstanceID: instanceID}, func(b *engine.Record) error {
+		ids = append(ids, b.ID)
+		return nil
+	})
+	return ids, err
 }
 
 func showOf(r *engine.Record, now time.Time, stuckAfter time.Duration) shown {
