@@ -119,14 +119,15 @@ func TestAdminListings(t *testing.T) {
 	}
 	defer w.Close()
 
-	var outputs []string
+	// outputs holds what each command printed, by command.
+	outputs := map[string]string{}
 	run := func(t *testing.T, args ...string) (string, string) {
 		t.Helper()
 		out, stderr, _, err := runAuditCmd(t, "", append(append([]string{"admin"}, args...), "--data-dir", dir)...)
 		if err != nil {
 			t.Fatalf("admin %s: %v\n%s", strings.Join(args, " "), err, stderr)
 		}
-		outputs = append(outputs, out, stderr)
+		outputs[strings.Join(args, " ")] = out + stderr
 		return out, stderr
 	}
 
@@ -264,10 +265,10 @@ func TestAdminListings(t *testing.T) {
 		}
 	})
 
-	for _, out := range outputs {
-		for _, s := range secrets {
+	for command, out := range outputs {
+		for i, s := range secrets {
 			if s != "" && strings.Contains(out, s) {
-				t.Errorf("a listing printed a secret (%d characters):\n%s", len(s), out)
+				t.Errorf("admin %s printed secret %d (not repeated here)", command, i)
 			}
 		}
 	}
@@ -377,7 +378,7 @@ func TestAdminListingsPostgres(t *testing.T) {
 	}
 	for _, out := range outputs {
 		if strings.Contains(out, string(sealed)) || strings.Contains(out, base64.StdEncoding.EncodeToString(sealed)) {
-			t.Errorf("a listing printed the sealed secret:\n%s", out)
+			t.Errorf("a listing printed the sealed secret (not repeated here)")
 		}
 	}
 
