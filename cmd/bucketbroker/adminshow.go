@@ -341,7 +341,11 @@ func writeShown(w io.Writer, sh shown, checked bool, now time.Time) error {
 	case !checked:
 		line("Owner marks", "not checked (--check-marks asks the storage backend)")
 	case sh.Marks != nil:
-		line("Owner marks", marksLine(sh.Marks))
+		marks := marksLine(sh.Marks)
+		if sh.Phase == engine.PhaseDeleted && !sh.Marks.Exists {
+			marks += ", as the deleted record's should not"
+		}
+		line("Owner marks", marks)
 	}
 	o := sh.Operation
 	line("Operation", fmt.Sprintf("%s %s (id %s)", o.Type, o.State, o.ID))
