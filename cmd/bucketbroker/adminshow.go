@@ -343,7 +343,7 @@ func writeShown(w io.Writer, sh shown, checked bool, now time.Time) error {
 	case sh.Marks != nil:
 		marks := marksLine(sh.Marks)
 		if sh.Phase == engine.PhaseDeleted && !sh.Marks.Exists {
-			marks += ", as the deleted record's should not"
+			marks += " (as expected: the record is deleted)"
 		}
 		line("Owner marks", marks)
 	}
