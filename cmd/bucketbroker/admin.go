@@ -32,7 +32,8 @@ func newAdminCommand() *cobra.Command {
 		Use:   "admin",
 		Short: "Maintenance tasks for operators",
 	}
-	admin.AddCommand(newMigrateCommand(), newAuditCommand(), newRecordsCommand())
+	admin.AddCommand(newMigrateCommand(), newAuditCommand(), newRecordsCommand(),
+		newInstancesCommand(), newBindingsCommand(), newOperationsCommand(), newShowCommand())
 	return admin
 }
 

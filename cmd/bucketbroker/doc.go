@@ -9,10 +9,14 @@
 //	                                     resources, unknown keys, lost owner marks
 //	bucketbroker admin records           list the records the store cannot read
 //	bucketbroker admin records repair    make them readable again
+//	bucketbroker admin instances         list the instances (bindings, operations: likewise),
+//	                                     read-only beside a running serve; --stuck, -o wide|json
+//	bucketbroker admin show ID           one record: operations, backend names, owner marks
 //	bucketbroker version                 print the version, commit and Go version
 //
 // The storage flags (flags.go) are declared once for every command that
-// builds a backend (serve, controller, admin audit), and storage.Start
+// builds a backend (serve, controller, admin audit, admin show
+// --check-marks), and storage.Start
 // (internal/storage) builds it from them. --pprof-listen (serve,
 // controller, admin audit) serves net/http/pprof on a server of its own,
 // off by default.

@@ -449,6 +449,13 @@ func OpenStore(ctx context.Context, spec, dataDir string) (Store, error) {
 	return openStore(ctx, spec, dataDir, store.OpenOptions{Earlier: func() error { return earlierState(dataDir) }})
 }
 
+// OpenStoreReadOnly opens the store as OpenStore does, for reading only
+// (store.OpenOptions.ReadOnly), beside a running serve: it creates and
+// migrates nothing, and refuses a store that is not there.
+func OpenStoreReadOnly(ctx context.Context, spec, dataDir string) (Store, error) {
+	return openStore(ctx, spec, dataDir, store.OpenOptions{ReadOnly: true})
+}
+
 // StartOverStore is OpenStore that creates a new, empty store where the
 // database holds no schema, whatever says that records were kept before
 // (`bucketbroker admin migrate --new-store`). A store that holds a schema

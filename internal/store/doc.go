@@ -17,8 +17,11 @@
 //
 // Both stores create a schema only in a database that nothing says held
 // records before (CheckNew, through Migrate: the SQLite store's marker, the
-// caller's OpenOptions.Earlier), else Open fails with ErrLost; and both
-// mark a write that found no room with Full (engine.ErrFull) and remember
+// caller's OpenOptions.Earlier), else Open fails with ErrLost; both open
+// read-only (OpenOptions.ReadOnly, for the admin listings beside a running
+// broker): they create and migrate nothing, their connections refuse
+// writes, and they refuse a schema at another version than theirs
+// (CheckSchema); and both mark a write that found no room with Full (engine.ErrFull) and remember
 // it in Writes, which their Writable reports to readiness until a write,
 // theirs or a probe's, succeeds.
 package store

@@ -24,6 +24,25 @@ type OpenOptions struct {
 	// schema, whatever says that records were kept before: starting over
 	// on purpose.
 	StartOver bool
+	// ReadOnly opens the store for reading, beside a running broker
+	// (the admin listings): nothing is created, migrated or marked, and
+	// the store's connections refuse writes. A database without a schema,
+	// or at a version other than this binary's, is refused.
+	ReadOnly bool
+}
+
+// CheckSchema is what a read-only Open asks of the schema version it
+// found: the one this binary writes, or an error saying what to do.
+func CheckSchema(current, want int) error {
+	switch {
+	case current == 0:
+		return errors.New("no bucketbroker store here (no schema): check --store and --data-dir")
+	case current < want:
+		return fmt.Errorf("the store's schema is at version %d, older than this binary's %d: run `bucketbroker admin migrate` (serve migrates on start) or use the bucketbroker that serves it", current, want)
+	case current > want:
+		return fmt.Errorf("the store's schema is at version %d, newer than this binary's %d: use the bucketbroker that serves it", current, want)
+	}
+	return nil
 }
 
 // CheckNew is what a store's Open asks before it creates the schema of a

@@ -127,3 +127,19 @@ func checkEncoding(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	return nil
 }
+
+// checkSchema refuses, for a read-only store, a database whose schema (in
+// the search_path) is missing or at a version other than migrations'
+// (store.CheckSchema).
+func checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	var exists bool
+	var current int
+	err := pool.QueryRow(ctx, `SELECT to_regclass('schema_migrations') IS NOT NULL`).Scan(&exists)
+	if err == nil && exists {
+		err = pool.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current)
+	}
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	return store.CheckSchema(current, len(migrations))
+}

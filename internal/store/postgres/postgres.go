@@ -95,6 +95,11 @@ func OpenWith(ctx context.Context, dsn string, opts store.OpenOptions) (*Store, 
 		// pg_stat_activity.
 		cc.RuntimeParams["application_name"] = "bucketbroker"
 	}
+	if opts.ReadOnly {
+		// Every transaction of the store's sessions is read-only: the
+		// server refuses a write.
+		cc.RuntimeParams["default_transaction_read_only"] = "on"
+	}
 	if _, set := cc.RuntimeParams["synchronous_commit"]; !set {
 		cfg.AfterConnect = requireDurableCommit
 	}
@@ -120,7 +125,11 @@ func OpenWith(ctx context.Context, dsn string, opts store.OpenOptions) (*Store, 
 		pool.Close()
 		return nil, fmt.Errorf("open postgres store %s: %w", where, callErr(ctx, err))
 	}
-	if err := migrate(ctx, pool, func() error { return store.CheckNew(opts, nil) }); err != nil {
+	prepare := func() error { return migrate(ctx, pool, func() error { return store.CheckNew(opts, nil) }) }
+	if opts.ReadOnly {
+		prepare = func() error { return checkSchema(ctx, pool) }
+	}
+	if err := prepare(); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres store %s: %w", where, callErr(ctx, err))
 	}

@@ -85,3 +85,17 @@ func migrate(ctx context.Context, db *sql.DB, isNew func() error) error {
 	}
 	return nil
 }
+
+// checkSchema refuses, for a read-only store, a database whose schema is
+// missing or at a version other than migrations' (store.CheckSchema).
+func checkSchema(ctx context.Context, db *sql.DB) error {
+	var tables, current int
+	err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'`).Scan(&tables)
+	if err == nil && tables > 0 {
+		err = db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current)
+	}
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	return store.CheckSchema(current, len(migrations))
+}

@@ -94,19 +94,28 @@ func OpenWith(ctx context.Context, path string, opts store.OpenOptions) (*Store,
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
 	}
 	isNew := func() error { return store.CheckNew(opts, func() error { return markerSays(abs) }) }
-	// Asked here too, before the file is created or SQLite writes its
-	// header into it, so that a refused start changes nothing; the
-	// migration asks again for a file that has bytes but no schema.
-	if emptyFile(abs) {
-		if err := isNew(); err != nil {
+	if opts.ReadOnly {
+		// SQLite would write its header into an empty file.
+		if _, err := os.Stat(abs); err != nil || emptyFile(abs) {
+			return nil, fmt.Errorf("open sqlite store %s: %w", abs, errors.Join(store.CheckSchema(0, len(migrations)), err))
+		}
+	} else {
+		// Asked here too, before the file is created or SQLite writes its
+		// header into it, so that a refused start changes nothing; the
+		// migration asks again for a file that has bytes but no schema.
+		if emptyFile(abs) {
+			if err := isNew(); err != nil {
+				return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
+			}
+		}
+		if err := createFile(abs); err != nil {
 			return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
 		}
 	}
-	if err := createFile(abs); err != nil {
-		return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
-	}
 
-	writer, err := sql.Open("sqlite", dsn(abs, false))
+	// Read-only, the writer is query_only as the readers are: its writes
+	// fail, and nothing else in the store writes.
+	writer, err := sql.Open("sqlite", dsn(abs, opts.ReadOnly))
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
 	}
@@ -117,13 +126,14 @@ func OpenWith(ctx context.Context, path string, opts store.OpenOptions) (*Store,
 
 	// Migrate before the readers open, so that they only ever see a database
 	// that is already in WAL mode and at the current schema.
-	if err := migrate(ctx, writer, isNew); err != nil {
-		_ = writer.Close()
-		return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
+	if opts.ReadOnly {
+		err = checkSchema(ctx, writer)
+	} else if err = migrate(ctx, writer, isNew); err == nil {
+		// After the schema's commit: a crash in between leaves a database
+		// with a schema and no marker, which the next Open marks.
+		err = writeMarker(abs)
 	}
-	// After the schema's commit: a crash in between leaves a database
-	// with a schema and no marker, which the next Open marks.
-	if err := writeMarker(abs); err != nil {
+	if err != nil {
 		_ = writer.Close()
 		return nil, fmt.Errorf("open sqlite store %s: %w", abs, err)
 	}
