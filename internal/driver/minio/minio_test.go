@@ -203,6 +203,10 @@ func TestForeignUsers(t *testing.T) {
 		t.Errorf("Observe = %+v, %v; want an existing user without owner", obs, err)
 	}
 
+	if inv, err := d.Inventory(ctx, n.user); err != nil || len(inv.Users) != 0 {
+		t.Errorf("Inventory(%q) = users %+v, %v; want none (the user is not ours)", n.user, inv.Users, err)
+	}
+
 	// Adopted: marked, its own secret replaced, one key of ours, read-only.
 	spec.AdoptUnmarked = true
 	cred, err := d.EnsureCredential(ctx, spec)
@@ -214,6 +218,12 @@ func TestForeignUsers(t *testing.T) {
 	}
 	if obs, err := d.Observe(ctx, driver.ObserveRequest{UserName: n.user}); err != nil || obs.UserOwner != n.owner || !slices.Equal(obs.KeyIDs, []string{cred.AccessKeyID}) {
 		t.Errorf("Observe after adoption = %+v, %v; want owner %q and keys [%s]", obs, err, n.owner, cred.AccessKeyID)
+	}
+	if inv, err := d.Inventory(ctx, n.user); err != nil || !slices.EqualFunc(inv.Users, []driver.OwnedUser{{Name: n.user, Owner: n.owner, KeyIDs: []string{cred.AccessKeyID}}},
+		func(a, b driver.OwnedUser) bool {
+			return a.Name == b.Name && a.Owner == b.Owner && slices.Equal(a.KeyIDs, b.KeyIDs)
+		}) {
+		t.Errorf("Inventory(%q) after adoption = users %+v, %v; want the user with owner %q and key %s", n.user, inv.Users, err, n.owner, cred.AccessKeyID)
 	}
 	if err := put(ctx, stray, n.bucket, "after-adoption"); err == nil {
 		t.Error("put with the stray user's old secret after adoption succeeded, want refused")
@@ -334,3 +344,64 @@ func TestVersionedBucketsAtOnce(t *testing.T) {
 	wg.Wait()
 }
 
+// TestDeleteAccessKey is the suite's DeleteAccessKey check, which needs an
+// IAM API to add a key behind the driver's back: here the second key is
+// the driver's own (AddKey). It deletes one key of a user of ours, refuses
+// a user of another owner, and leaves a key of another user alone.
+func TestDeleteAccessKey(t *testing.T) {
+	cfg := liveConfig(t)
+	d := newDriver(t, cfg)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	n, other := newNames(t, "delkey"), newNames(t, "delkey")
+	if err := d.EnsureBucket(ctx, driver.BucketSpec{Name: n.bucket, Owner: n.owner}); err != nil {
+		t.Fatalf("EnsureBucket: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, u := range []testNames{n, other} {
+			if err := d.RevokeCredential(ctx, u.user, u.owner); err != nil {
+				t.Errorf("cleanup: revoke %q: %v", u.user, err)
+			}
+		}
+		if err := d.DeleteBucket(ctx, n.bucket, n.owner, true); err != nil {
+			t.Errorf("cleanup: delete bucket: %v", err)
+		}
+	})
+	spec := driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite}
+	first, err := d.EnsureCredential(ctx, spec)
+	if err != nil {
+		t.Fatalf("EnsureCredential: %v", err)
+	}
+	spec.Keys = driver.AddKey
+	second, err := d.EnsureCredential(ctx, spec)
+	if err != nil {
+		t.Fatalf("EnsureCredential(AddKey): %v", err)
+	}
+	theirs, err := d.EnsureCredential(ctx, driver.CredentialSpec{UserName: other.user, Owner: other.owner, Bucket: n.bucket, Access: driver.AccessReadOnly})
+	if err != nil {
+		t.Fatalf("EnsureCredential(other user): %v", err)
+	}
+
+	if err := d.DeleteAccessKey(ctx, n.user, other.owner, second.AccessKeyID); !errors.Is(err, driver.ErrOwnedByOther) {
+		t.Errorf("DeleteAccessKey(user of another owner) = %v, want ErrOwnedByOther", err)
+	}
+	if err := d.DeleteAccessKey(ctx, n.user, n.owner, theirs.AccessKeyID); err != nil {
+		t.Errorf("DeleteAccessKey(a key of another user) = %v, want nil (not the user's key)", err)
+	}
+	for i := range 2 {
+		if err := d.DeleteAccessKey(ctx, n.user, n.owner, second.AccessKeyID); err != nil {
+			t.Fatalf("DeleteAccessKey call %d: %v", i+1, err)
+		}
+	}
+	if obs, err := d.Observe(ctx, driver.ObserveRequest{UserName: n.user}); err != nil || !slices.Equal(obs.KeyIDs, []string{first.AccessKeyID}) {
+		t.Errorf("Observe(%q) = keys %q, %v; want [%s]", n.user, obs.KeyIDs, err, first.AccessKeyID)
+	}
+	if obs, err := d.Observe(ctx, driver.ObserveRequest{UserName: other.user}); err != nil || !slices.Equal(obs.KeyIDs, []string{theirs.AccessKeyID}) {
+		t.Errorf("Observe(%q) = keys %q, %v; want [%s] (untouched)", other.user, obs.KeyIDs, err, theirs.AccessKeyID)
+	}
+	if err := put(ctx, s3Client(cfg.Endpoint, second.AccessKeyID, second.SecretAccessKey), n.bucket, "k"); err == nil {
+		t.Error("put with the deleted key succeeded, want refused")
+	}
+}
