@@ -88,7 +88,7 @@ func New(cfg Config) (*Driver, error) {
 		CallTimeout: cfg.CallTimeout,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("minio: %v: %w", err, driver.ErrInvalid)
+		return nil, fmt.Errorf("minio: %w: %w", err, driver.ErrInvalid)
 	}
 	return &Driver{buckets: buckets, admin: admin, probeName: newProbeName()}, nil
 }
