@@ -405,3 +405,69 @@ func TestDeleteAccessKey(t *testing.T) {
 		t.Error("put with the deleted key succeeded, want refused")
 	}
 }
+
+// TestPolicyFollowsAccess: the policy MinIO gives back (re-encoded,
+// reordered) reads as the one written, so a repeated call writes nothing;
+// a call with another access rewrites it, and the key held keeps working
+// with the new scope at once.
+func TestPolicyFollowsAccess(t *testing.T) {
+	cfg := liveConfig(t)
+	d := newDriver(t, cfg)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	n := newNames(t, "access")
+	if err := d.EnsureBucket(ctx, driver.BucketSpec{Name: n.bucket, Owner: n.owner}); err != nil {
+		t.Fatalf("EnsureBucket: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := d.RevokeCredential(ctx, n.user, n.owner); err != nil {
+			t.Errorf("cleanup: revoke: %v", err)
+		}
+		if err := d.DeleteBucket(ctx, n.bucket, n.owner, true); err != nil {
+			t.Errorf("cleanup: delete bucket: %v", err)
+		}
+	})
+	spec := driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite}
+	cred, err := d.EnsureCredential(ctx, spec)
+	if err != nil {
+		t.Fatalf("EnsureCredential: %v", err)
+	}
+	got, err := d.admin.CannedPolicy(ctx, policyName(n.user))
+	if err != nil {
+		t.Fatalf("read the policy back: %v", err)
+	}
+	want, err := policyDocument(n.bucket, driver.AccessReadWrite, n.owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !samePolicy(got, want) {
+		t.Errorf("samePolicy(as MinIO returns it, as written) = false, want true:\n%s\n%s", got, want)
+	}
+	if policyMark(got) != n.owner {
+		t.Errorf("policyMark(as MinIO returns it) = %q, want %q", policyMark(got), n.owner)
+	}
+	ro, err := policyDocument(n.bucket, driver.AccessReadOnly, n.owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if samePolicy(got, ro) {
+		t.Error("samePolicy(read-write, read-only) = true, want false")
+	}
+
+	c := s3Client(cfg.Endpoint, cred.AccessKeyID, cred.SecretAccessKey)
+	if err := put(ctx, c, n.bucket, "rw"); err != nil {
+		t.Fatalf("put with the read-write key: %v", err)
+	}
+	spec.Access, spec.KeyID = driver.AccessReadOnly, cred.AccessKeyID
+	if again, err := d.EnsureCredential(ctx, spec); err != nil || again != (driver.Credential{AccessKeyID: cred.AccessKeyID}) {
+		t.Fatalf("EnsureCredential(read-only, KeyID) = %q (secret set %v), %v; want the same key", again.AccessKeyID, again.SecretAccessKey != "", err)
+	}
+	if err := put(ctx, c, n.bucket, "ro"); err == nil {
+		t.Error("put with the key after its binding became read-only succeeded, want refused")
+	}
+	if _, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &n.bucket}); err != nil {
+		t.Errorf("list with the read-only key: %v", err)
+	}
+}
