@@ -230,6 +230,13 @@ feed:
 	return out, nil
 }
 
+// BucketInventoryPages is the bucket part of InventoryPages alone: for a
+// driver that keeps its buckets through this one and its users elsewhere
+// (the minio driver).
+func (d *Driver) BucketInventoryPages(ctx context.Context, namePrefix string, page func(driver.Inventory) error) error {
+	return d.bucketPages(ctx, namePrefix, page)
+}
+
 // DeleteAccessKey implements driver.Auditable.
 func (d *Driver) DeleteAccessKey(ctx context.Context, userName, owner, keyID string) error {
 	if err := requireNames("user name", userName, "owner", owner, "key id", keyID); err != nil {

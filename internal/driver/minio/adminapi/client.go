@@ -117,6 +117,10 @@ var (
 	// already has, or a detach of one it does not have
 	// (XMinioAdminPolicyChangeAlreadyApplied).
 	ErrPolicyChangeAlreadyApplied = errors.New("policy change already applied")
+	// ErrNoSuchServiceAccount: the service account does not exist
+	// (XMinioInvalidIAMCredentials, the code MinIO answers a deletion of
+	// a missing one with).
+	ErrNoSuchServiceAccount = errors.New("no such service account")
 )
 
 var codeSentinels = map[string]error{
@@ -125,6 +129,7 @@ var codeSentinels = map[string]error{
 	"InvalidAccessKeyId":                    ErrCredentialsRejected,
 	"SignatureDoesNotMatch":                 ErrCredentialsRejected,
 	"XMinioAdminPolicyChangeAlreadyApplied": ErrPolicyChangeAlreadyApplied,
+	"XMinioInvalidIAMCredentials":           ErrNoSuchServiceAccount,
 }
 
 // Error is the server's refusal of a call.

@@ -1,9 +1,10 @@
 // Package adminapi is a client of MinIO's admin REST API
 // (/minio/admin/v3/...), the API through which MinIO manages its users and
 // their policies (MinIO has no AWS IAM API). It covers what a driver needs:
-// users (add, remove, info, list), canned policies (add, read, remove,
-// attach to a user, detach) and buckets' quotas (a hard limit on size;
-// MinIO has none on the number of objects).
+// users (add, remove, info, list), their service accounts (add, list,
+// delete), canned policies (add, read, remove, attach to a user, detach)
+// and buckets' quotas (a hard limit on size; MinIO has none on the number
+// of objects).
 //
 // # Why it is written here
 //
@@ -42,8 +43,8 @@
 //
 // A refusal by the server is an *Error with the server's code and message;
 // errors.Is tells the codes a caller branches on: ErrNoSuchUser,
-// ErrNoSuchPolicy, ErrCredentialsRejected (a wrong or unknown admin key),
-// ErrPolicyChangeAlreadyApplied. Secret keys never appear in errors.
+// ErrNoSuchPolicy, ErrNoSuchServiceAccount, ErrCredentialsRejected (a
+// wrong or unknown admin key), ErrPolicyChangeAlreadyApplied. Secret keys never appear in errors.
 //
 // Each call is one request, with a deadline (Config.CallTimeout) when the
 // caller's context has none, and is not retried here: the caller decides
