@@ -17,10 +17,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/iam"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 	"github.com/google/go-cmp/cmp"
 	"github.com/versity/versitygw/iamapi/storage"
 	"github.com/versity/versitygw/iamapi/types"
+
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 )
 
 func openUserStore(t *testing.T, dir string) *userStore {

@@ -18,13 +18,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
-	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 	"github.com/gofiber/fiber/v3"
 	"github.com/google/go-cmp/cmp"
 	"github.com/valyala/fasthttp"
 	"github.com/versity/versitygw/iamapi"
 	"github.com/versity/versitygw/s3api"
 	"github.com/versity/versitygw/s3api/middlewares"
+
+	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 )
 
 // slowClient connects to addr, sends half a request header and then a
