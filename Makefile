@@ -68,7 +68,7 @@ test-minio: ## Run the minio driver's tests (the drivertest suite) and its admin
 	dir=$$(mktemp -d "$${TMPDIR:-/tmp}/bucketbroker-minio.XXXXXX"); \
 	  trap 'hack/minio.sh stop "$$dir"; rm -rf "$$dir"' EXIT; \
 	  env=$$(hack/minio.sh start "$$dir") && eval "$$env" && \
-	  $(GO) test -count=1 -v -timeout 15m ./internal/driver/minio/...
+	  $(GO) test -count=1 -v -timeout 15m ./internal/driver/minio/... ./internal/storage/
 
 .PHONY: generate
 generate: ## Regenerate deepcopy code and CRD YAML from api/ (controller-gen, cached)

@@ -27,12 +27,12 @@ type storageFlagSet struct {
 // bindStorageFlags declares the storage flags on cmd, writing into cfg.
 func bindStorageFlags(f *pflag.FlagSet, cfg *storage.Config, set storageFlagSet) {
 	bindDataDirFlag(f, &cfg.DataDir)
-	f.StringVar(&cfg.Driver, "driver", storage.DriverEmbedded, "storage driver: embedded (in-process S3 + IAM server on --data-dir) or s3iam (any external S3 + IAM API endpoint, a running serve's included)")
+	f.StringVar(&cfg.Driver, "driver", storage.DriverEmbedded, "storage driver: embedded (in-process S3 + IAM server on --data-dir), s3iam (any external S3 + IAM API endpoint, a running serve's included) or minio (a MinIO server at --s3-endpoint: users through its admin API)")
 	f.StringVar(&cfg.S3Listen, "s3-listen", "127.0.0.1:9000", "embedded driver: address of the S3 API")
 	f.StringVar(&cfg.IAMListen, "iam-listen", "127.0.0.1:9001", "embedded driver: address of the IAM API")
 	f.IntVar(&cfg.S3MaxConnections, "s3-max-connections", s3gateway.DefaultS3MaxConnections, "embedded driver: connections the S3 API serves at once; beyond, 503 (a request header must arrive within 10s, its body within 30s + 1s per 64 KiB)")
 	f.IntVar(&cfg.IAMMaxConnections, "iam-max-connections", s3gateway.DefaultIAMMaxConnections, "embedded driver: connections the IAM API serves at once; beyond, 503 (timeouts as the S3 API's); bucketbroker's own calls to both APIs do not count")
-	f.StringVar(&cfg.S3Endpoint, "s3-endpoint", "", "s3iam driver: S3 API URL (empty: AWS S3)")
+	f.StringVar(&cfg.S3Endpoint, "s3-endpoint", "", "s3iam and minio drivers: S3 API URL (s3iam: empty means AWS S3; minio: required, its admin API is at the same URL)")
 	f.StringVar(&cfg.IAMEndpoint, "iam-endpoint", "", "s3iam driver: IAM API URL (empty: AWS IAM)")
 	f.StringVar(&cfg.Region, "region", "us-east-1", "S3 region")
 	f.BoolVar(&cfg.PathStyle, "path-style", false, "s3iam driver: path-style bucket addressing (most non-AWS servers need it)")
@@ -44,11 +44,11 @@ func bindStorageFlags(f *pflag.FlagSet, cfg *storage.Config, set storageFlagSet)
 
 // storageFromEnv reads the backend's root keys from the environment (never
 // from flags: flags show in process listings), and refuses the s3iam
-// driver without them.
+// and minio drivers without them.
 func storageFromEnv(cfg *storage.Config) error {
 	cfg.RootAccessKey, cfg.RootSecretKey = os.Getenv("BUCKETBROKER_S3_ROOT_ACCESS_KEY"), os.Getenv("BUCKETBROKER_S3_ROOT_SECRET_KEY")
-	if cfg.Driver == storage.DriverS3IAM && (cfg.RootAccessKey == "" || cfg.RootSecretKey == "") {
-		return fmt.Errorf("--driver s3iam needs BUCKETBROKER_S3_ROOT_ACCESS_KEY and BUCKETBROKER_S3_ROOT_SECRET_KEY in the environment")
+	if (cfg.Driver == storage.DriverS3IAM || cfg.Driver == storage.DriverMinIO) && (cfg.RootAccessKey == "" || cfg.RootSecretKey == "") {
+		return fmt.Errorf("--driver %s needs BUCKETBROKER_S3_ROOT_ACCESS_KEY and BUCKETBROKER_S3_ROOT_SECRET_KEY in the environment", cfg.Driver)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bucketbroker/bucketbroker/internal/driver/minio"
 	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
 	"github.com/bucketbroker/bucketbroker/internal/s3gateway"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
@@ -26,11 +27,15 @@ const (
 	DriverEmbedded = "embedded"
 	// DriverS3IAM uses any external S3 + IAM API endpoint.
 	DriverS3IAM = "s3iam"
+	// DriverMinIO uses a MinIO server: buckets through its S3 API, users
+	// and their keys through its admin API, both at S3Endpoint.
+	DriverMinIO = "minio"
 )
 
 // Config is the storage side's settings: what the storage flags set.
 type Config struct {
-	// Driver is DriverEmbedded (also when empty) or DriverS3IAM.
+	// Driver is DriverEmbedded (also when empty), DriverS3IAM or
+	// DriverMinIO.
 	Driver string
 	// DataDir holds, for the embedded driver, objects and IAM data (in
 	// DataDir/s3) and generated root keys. Callers keep their own files
@@ -42,7 +47,7 @@ type Config struct {
 	S3Listen, IAMListen                 string
 	S3MaxConnections, IAMMaxConnections int
 	// S3Endpoint, IAMEndpoint, Region and PathStyle are the s3iam driver's
-	// external endpoint.
+	// external endpoint; the minio driver uses S3Endpoint and Region.
 	S3Endpoint, IAMEndpoint, Region string
 	PathStyle                       bool
 	// PublicS3Endpoint is the S3 URL given to applications (credentials,
@@ -60,7 +65,7 @@ type Config struct {
 
 // Storage is a running storage side.
 type Storage struct {
-	// Driver is the s3iam driver for the server.
+	// Driver is the driver for the server: s3iam's, or minio's.
 	Driver driver.Driver
 	// S3Endpoint and IAMEndpoint are the server's endpoints: for the
 	// embedded driver its public listeners, which the driver does not use
@@ -125,12 +130,26 @@ func Start(ctx context.Context, cfg Config) (_ *Storage, err error) {
 	case DriverS3IAM:
 		dcfg.S3Endpoint, dcfg.IAMEndpoint = cfg.S3Endpoint, cfg.IAMEndpoint
 		b.S3Endpoint, b.IAMEndpoint = dcfg.S3Endpoint, dcfg.IAMEndpoint
+	case DriverMinIO:
+		if cfg.S3Endpoint == "" {
+			return nil, errors.New("--driver minio needs --s3-endpoint, the MinIO server's URL")
+		}
+		// MinIO addresses buckets by path, and serves its admin API on
+		// the S3 port.
+		dcfg.S3Endpoint, dcfg.PathStyle = cfg.S3Endpoint, true
+		b.S3Endpoint = cfg.S3Endpoint
 	default:
-		return nil, fmt.Errorf("unknown driver %q (want %s or %s)", cfg.Driver, DriverEmbedded, DriverS3IAM)
+		return nil, fmt.Errorf("unknown driver %q (want %s, %s or %s)", cfg.Driver, DriverEmbedded, DriverS3IAM, DriverMinIO)
 	}
 	dcfg.AccessKeyID, dcfg.SecretAccessKey = cfg.RootAccessKey, cfg.RootSecretKey
 	b.RootAccessKey, b.RootSecretKey = cfg.RootAccessKey, cfg.RootSecretKey
-	if b.Driver, err = s3iam.New(dcfg); err != nil {
+	if cfg.Driver == DriverMinIO {
+		b.Driver, err = minio.New(minio.Config{Endpoint: dcfg.S3Endpoint, Region: dcfg.Region,
+			AccessKeyID: dcfg.AccessKeyID, SecretAccessKey: dcfg.SecretAccessKey})
+	} else {
+		b.Driver, err = s3iam.New(dcfg)
+	}
+	if err != nil {
 		return nil, err
 	}
 	b.Region, b.PathStyle = dcfg.Region, dcfg.PathStyle

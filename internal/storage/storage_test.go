@@ -64,7 +64,10 @@ func TestStartRefuses(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		"unknown driver": {Config{Driver: "ceph-magic"}, `unknown driver "ceph-magic"`},
+		"unknown driver":             {Config{Driver: "ceph-magic"}, `unknown driver "ceph-magic"`},
+		"minio without its endpoint": {Config{Driver: DriverMinIO, RootAccessKey: "a", RootSecretKey: "b"}, "--driver minio needs --s3-endpoint"},
+		"unreachable minio": {Config{Driver: DriverMinIO, S3Endpoint: "http://127.0.0.1:1", RootAccessKey: "a", RootSecretKey: "bbbbbbbb"},
+			"storage backend check failed"},
 		"unreachable": {Config{Driver: DriverS3IAM, S3Endpoint: "http://127.0.0.1:1", IAMEndpoint: "http://127.0.0.1:1",
 			RootAccessKey: "a", RootSecretKey: "b", PathStyle: true}, "storage backend check failed"},
 	} {
@@ -75,5 +78,31 @@ func TestStartRefuses(t *testing.T) {
 				t.Errorf("Start = %v, %v; want an error mentioning %q", b, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestStartMinIO: --driver minio reaches a MinIO server (hack/minio.sh;
+// make test-minio) at --s3-endpoint with its root keys, and refuses wrong
+// keys at start.
+func TestStartMinIO(t *testing.T) {
+	endpoint := os.Getenv("BUCKETBROKER_TEST_MINIO_ENDPOINT")
+	if endpoint == "" {
+		t.Skip(`no MinIO server: run eval "$(hack/minio.sh start /tmp/DIR)" to set BUCKETBROKER_TEST_MINIO_ENDPOINT (make test-minio does it all)`)
+	}
+	cfg := Config{Driver: DriverMinIO, DataDir: t.TempDir(), S3Endpoint: endpoint,
+		RootAccessKey: os.Getenv("BUCKETBROKER_TEST_MINIO_ACCESS_KEY"), RootSecretKey: os.Getenv("BUCKETBROKER_TEST_MINIO_SECRET_KEY")}
+	b, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if b.PublicS3Endpoint != endpoint || !b.PathStyle || b.Region != "us-east-1" {
+		t.Errorf("endpoint %q, path style %v, region %q; want %s, path style, us-east-1", b.PublicS3Endpoint, b.PathStyle, b.Region, endpoint)
+	}
+	if err := b.Ready(context.Background()); err != nil {
+		t.Errorf("Ready: %v", err)
+	}
+	cfg.RootSecretKey = "not-the-secret"
+	if _, err := Start(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "storage backend check failed") {
+		t.Errorf("Start with a wrong secret = %v, want the backend check's failure", err)
 	}
 }
