@@ -12,6 +12,7 @@ type metrics struct {
 	takeovers     prometheus.Counter
 	leaseLost     prometheus.Counter
 	leaseRenewals prometheus.Counter
+	calls         *prometheus.CounterVec
 	retries       *prometheus.CounterVec
 	queueDepth    prometheus.Gauge
 	queueWait     prometheus.Histogram
@@ -44,6 +45,10 @@ func newMetrics(reg prometheus.Registerer, oldest func() float64) (*metrics, err
 			Name: "bucketbroker_lease_renewals_total",
 			Help: "Lease renewals written while a worker drove an operation.",
 		}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bucketbroker_backend_calls_total",
+			Help: "Backend calls made by the operations' steps (each attempt once), by step and result: ok or error.",
+		}, []string{"step", "result"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bucketbroker_backend_retries_total",
 			Help: "Backend calls that failed and were tried again, by step.",
@@ -71,7 +76,7 @@ func newMetrics(reg prometheus.Registerer, oldest func() float64) (*metrics, err
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.inFlight, m.duration, m.takeovers, m.leaseLost, m.leaseRenewals,
-			m.retries, m.queueDepth, m.queueWait, m.queueOldest, m.budget} {
+			m.calls, m.retries, m.queueDepth, m.queueWait, m.queueOldest, m.budget} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register metrics: %w", err)
 			}

@@ -51,6 +51,9 @@ func TestPurgeShowsProgress(t *testing.T) {
 			break
 		}
 	}
+	if n := h.metric("bucketbroker_backend_calls_total"); n < 3 {
+		t.Errorf("%v backend calls counted, want one at least for each of the provision, the bind and the deprovision", n)
+	}
 	want := fmt.Sprintf("deleting the objects of bucket %s, 1000 deleted so far", bucket)
 	for _, d := range seen {
 		if strings.Contains(d, want) {

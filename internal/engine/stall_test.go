@@ -55,6 +55,8 @@ func TestStalledCallKeepsLease(t *testing.T) {
 	}
 	if n := a.metric("bucketbroker_backend_retries_total"); n == 0 {
 		t.Error("a's calls into the stalled backend were never cut off and retried")
+	} else if calls := a.metric("bucketbroker_backend_calls_total"); calls <= n {
+		t.Errorf("%v backend calls counted, want more than the %v retries (each retry follows a failed call, and the provision's calls succeeded)", calls, n)
 	}
 	g.release()
 

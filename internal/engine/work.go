@@ -138,8 +138,10 @@ func (e *Engine) step(ctx context.Context, rec *Record, what string, call func(c
 		err := call(cctx)
 		cancel()
 		if err == nil {
+			e.metrics.calls.WithLabelValues(what, "ok").Inc()
 			return nil
 		}
+		e.metrics.calls.WithLabelValues(what, "error").Inc()
 		if e.halted(ctx) {
 			return errHalted
 		}
