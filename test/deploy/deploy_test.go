@@ -233,6 +233,7 @@ func TestChartAppliesToAPIServer(t *testing.T) {
 			"broker.store.secretName=bucketbroker-pg", "broker.encryptionKeySecret=bucketbroker-key"}, s3iam...), []string{"broker"}},
 		{"tls", []string{"controller.enabled=false", "broker.enabled=true", "broker.tls.secretName=bucketbroker-tls"}, []string{"broker"}},
 		{"s3iam-controller-2-replicas", append([]string{"controller.replicas=2", "controller.installCRDs=false"}, s3iam...), []string{"controller"}},
+		{"minio-both", []string{"broker.enabled=true", "controller.installCRDs=false", "driver=minio", "minio.endpoint=https://minio.example.com"}, []string{"controller", "broker"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -267,6 +268,10 @@ func TestChartAppliesToAPIServer(t *testing.T) {
 			if err == nil || !strings.Contains(string(out), "replicas > 1 needs") {
 				t.Errorf("%s: helm template: %v, want a refusal that says what replicas need\n%s", name, err, out)
 			}
+		}
+		out, err := exec.Command(helmBin, "template", "x", filepath.Join(root, "charts", "bucketbroker"), "--set", "driver=minio").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "minio.endpoint is required with driver minio") {
+			t.Errorf("driver minio without its endpoint: helm template: %v, want the refusal naming minio.endpoint\n%s", err, out)
 		}
 	})
 }

@@ -21,8 +21,11 @@
 {{- if .Values.s3iam.pathStyle }}
 - --path-style
 {{- end }}
+{{- else if eq .Values.driver "minio" }}
+- --driver=minio
+- --s3-endpoint={{ required "minio.endpoint is required with driver minio" .Values.minio.endpoint }}
 {{- else if ne .Values.driver "embedded" }}
-{{- fail "driver must be embedded or s3iam" }}
+{{- fail "driver must be embedded, s3iam or minio" }}
 {{- end }}
 - --region={{ .Values.region }}
 {{- end -}}
