@@ -444,12 +444,15 @@ func TestRemovedMarkBlocksDeletion(t *testing.T) {
 
 	deleteObj(ctx, t, obc)
 	waitEvent(ctx, t, obc, ReasonDeletionBlocked)
-	got := getClaim(ctx, t, k8s, obc)
 	if keepsConditions() {
-		c := meta.FindStatusCondition(got.Status.Conditions, ConditionProvisioned)
-		if c == nil || c.Reason != ReasonDeletionBlocked || !strings.Contains(c.Message, b.bucket) || !strings.Contains(c.Message, "put the owner mark back") {
-			t.Errorf("condition %s = %+v, want %s naming bucket %s and what to do", ConditionProvisioned, c, ReasonDeletionBlocked, b.bucket)
-		}
+		// The Event is sent before the reconcile writes the claim's
+		// status: wait for the condition too.
+		waitFor(ctx, t, "the claim's DeletionBlocked condition", func(ctx context.Context) (bool, string) {
+			got := getClaim(ctx, t, k8s, obc)
+			c := meta.FindStatusCondition(got.Status.Conditions, ConditionProvisioned)
+			ok := c != nil && c.Reason == ReasonDeletionBlocked && strings.Contains(c.Message, b.bucket) && strings.Contains(c.Message, "put the owner mark back")
+			return ok, fmt.Sprintf("condition %s = %+v, want %s naming bucket %s and what to do", ConditionProvisioned, c, ReasonDeletionBlocked, b.bucket)
+		})
 	}
 	if !bucketExists(ctx, t, b.bucket) || bucketOwner(ctx, t, b.bucket) != "" {
 		t.Fatalf("bucket %s after the deletion was blocked: exists %v, owner %q; want it there, unmarked", b.bucket, bucketExists(ctx, t, b.bucket), bucketOwner(ctx, t, b.bucket))
