@@ -82,6 +82,12 @@ type BucketSpec struct {
 	// versions answers ErrInvalid, with the bucket created and marked but
 	// not versioned.
 	Versioning bool
+	// Quota is the bucket's limits, made so on every call: a limit the
+	// bucket has and Quota does not set is lifted. A driver answers
+	// ErrInvalid to a limit its backend does not enforce (CheckQuota says
+	// so beforehand); the bucket may then be created and marked, but is
+	// not limited.
+	Quota Quota
 }
 
 // KeyMode says what EnsureCredential does with the user's access keys.

@@ -50,7 +50,10 @@ type Driver struct {
 	probeName string
 }
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver        = (*Driver)(nil)
+	_ driver.QuotaEnforcer = (*Driver)(nil)
+)
 
 // New builds a Driver. It does not contact the server: call Observe with
 // an empty request to check the endpoint and the keys.
@@ -98,16 +101,47 @@ func New(cfg Config) (*Driver, error) {
 // versioned: MinIO keeps a bucket's tags and its versioning in one record
 // and loses one of two changes made at once, which the s3iam driver makes
 // for a bucket it creates. A crash in between leaves the bucket marked and
-// not versioned, which the retry finds ours and versions.
+// not versioned, which the retry finds ours and versions. The quota comes
+// last, in the same record, once the bucket is ours.
 func (d *Driver) EnsureBucket(ctx context.Context, spec driver.BucketSpec) error {
+	if err := driver.CheckQuota(d, spec.Quota); err != nil {
+		return fmt.Errorf("bucket %q: %w", spec.Name, err)
+	}
+	s3spec := spec
+	s3spec.Quota = driver.Quota{}
 	if spec.Versioning {
-		marked := spec
+		marked := s3spec
 		marked.Versioning = false
 		if err := d.buckets.EnsureBucket(ctx, marked); err != nil {
 			return err
 		}
 	}
-	return d.buckets.EnsureBucket(ctx, spec)
+	if err := d.buckets.EnsureBucket(ctx, s3spec); err != nil {
+		return err
+	}
+	return d.ensureQuota(ctx, spec.Name, spec.Quota.MaxSize)
+}
+
+// QuotaSupport implements driver.QuotaEnforcer: MinIO keeps a hard limit
+// on a bucket's size, and none on its number of objects.
+func (d *Driver) QuotaSupport() driver.QuotaSupport {
+	return driver.QuotaSupport{MaxSize: true}
+}
+
+// ensureQuota makes the bucket's hard size limit maxSize bytes, 0 for none,
+// writing only when it differs.
+func (d *Driver) ensureQuota(ctx context.Context, bucket string, maxSize int64) error {
+	have, err := d.admin.BucketQuota(ctx, bucket)
+	if err != nil {
+		return fmt.Errorf("get quota of bucket %q: %w", bucket, err)
+	}
+	if have == uint64(maxSize) {
+		return nil
+	}
+	if err := d.admin.SetBucketQuota(ctx, bucket, uint64(maxSize)); err != nil {
+		return fmt.Errorf("set quota of bucket %q to %d bytes: %w", bucket, maxSize, err)
+	}
+	return nil
 }
 
 // DeleteBucket implements driver.Driver (as the s3iam driver does).

@@ -93,10 +93,14 @@ func (b bucketState) ownedByOther(name string) error {
 	return fmt.Errorf("bucket %q carries owner mark %q: %w", name, b.owner(), driver.ErrOwnedByOther)
 }
 
-// EnsureBucket implements driver.Driver.
+// EnsureBucket implements driver.Driver. The S3 API has no bucket quota,
+// so a spec with one is refused before anything is made.
 func (d *Driver) EnsureBucket(ctx context.Context, spec driver.BucketSpec) error {
 	if err := requireNames("bucket name", spec.Name, "owner", spec.Owner); err != nil {
 		return err
+	}
+	if err := driver.CheckQuota(d, spec.Quota); err != nil {
+		return fmt.Errorf("bucket %q: %w", spec.Name, err)
 	}
 	created, err := d.ensureMarkedBucket(ctx, spec)
 	if err != nil || !spec.Versioning || created {

@@ -51,6 +51,12 @@
 // holds versions. For a server without versioning set Config.NoVersioning:
 // the check then expects driver.ErrInvalid.
 //
+// Bucket/Quota checks BucketSpec.Quota against the driver's
+// driver.QuotaEnforcer: a size limit refuses an object larger than it,
+// follows a raised or lowered limit, and goes when the spec sets none; a
+// limit the driver does not enforce is driver.ErrInvalid from CheckQuota
+// and EnsureBucket alike.
+//
 // Every subtest derives its names with driver.BucketName and
 // driver.UserName from a random id, so the suite can run against a shared
 // server, repeatedly, and in parallel with itself; it deletes what it makes.

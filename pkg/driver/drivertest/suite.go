@@ -119,6 +119,7 @@ func Run(t *testing.T, cfg Config) {
 			"InvalidNameIsInvalid":  s.testInvalidBucketName,
 			"EnsureAfterDeleteMade": s.testEnsureAfterDelete,
 			"Versioning":            s.testVersioning,
+			"Quota":                 s.testQuota,
 		}},
 		{"Credential", map[string]func(*testing.T){
 			"EnsureTwiceKeepsKey": s.testCredentialTwice,
