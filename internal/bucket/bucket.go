@@ -57,10 +57,30 @@ func New(opts Options) (*Backend, error) {
 	if err := driver.ValidatePrefix(opts.Prefix); err != nil {
 		return nil, err
 	}
+	if err := checkQuotas(opts.Driver, opts.Catalog); err != nil {
+		return nil, err
+	}
 	return &Backend{driver: opts.Driver, catalog: opts.Catalog, endpoint: opts.Endpoint, prefix: opts.Prefix}, nil
 }
 
 var _ engine.Backend = (*Backend)(nil)
+
+// checkQuotas refuses a catalog with a plan whose quota the driver cannot
+// enforce: a limit promised is never ignored.
+func checkQuotas(d driver.Driver, c *catalog.Catalog) error {
+	for _, s := range c.Services {
+		if s.Upstream != "" {
+			continue
+		}
+		for _, p := range s.Plans {
+			size, objects := p.Settings().Limits()
+			if err := driver.CheckQuota(d, driver.Quota{MaxSize: size, MaxObjects: objects}); err != nil {
+				return fmt.Errorf("plan %q of service %q asks for a bucket quota: %w", p.Name, s.Name, err)
+			}
+		}
+	}
+	return nil
+}
 
 // Name names the backend: Name.
 func (b *Backend) Name() string { return Name }

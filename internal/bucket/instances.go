@@ -12,7 +12,7 @@ import (
 )
 
 // Provision creates the instance's bucket with the owner mark, its labels
-// as tags and the plan's versioning, after a look recorded before the first
+// as tags and the plan's versioning and quota, after a look recorded before the first
 // create attempt (internal/ensure).
 func (b *Backend) Provision(ctx context.Context, w *engine.Work) error {
 	if w.Rec.Bucket == nil {
@@ -39,7 +39,7 @@ func (b *Backend) Provision(ctx context.Context, w *engine.Work) error {
 	}
 	err := step(ctx, w, "create bucket", func(ctx context.Context) error {
 		return ensure.Bucket(ctx, b.driver, driver.BucketSpec{Name: s.Bucket, Owner: s.Owner, Tags: p.Labels,
-			Versioning: b.versioning(rec.Request)}, bucketCreation(s))
+			Versioning: b.versioning(rec.Request), Quota: b.quota(rec.Request)}, bucketCreation(s))
 	})
 	if errors.Is(err, engine.ErrRefused) {
 		// Refused for good, perhaps after the bucket was created (S3
@@ -54,8 +54,8 @@ func (b *Backend) Provision(ctx context.Context, w *engine.Work) error {
 	return finish(ctx, w, nil)
 }
 
-// Update applies the target's labels and the plan's versioning to the
-// bucket.
+// Update applies the target's labels and the plan's versioning and quota
+// to the bucket.
 func (b *Backend) Update(ctx context.Context, w *engine.Work) error {
 	if w.Rec.Bucket == nil {
 		return w.Finish(ctx, errNoState)
@@ -73,7 +73,7 @@ func (b *Backend) Update(ctx context.Context, w *engine.Work) error {
 	// fails on a bucket whose mark was removed (ensure.ErrMarkLost).
 	err := step(ctx, w, "update bucket", func(ctx context.Context) error {
 		return ensure.Bucket(ctx, b.driver, driver.BucketSpec{Name: s.Bucket, Owner: s.Owner, Tags: p.Labels,
-			Versioning: b.versioning(*target)}, ensure.Created)
+			Versioning: b.versioning(*target), Quota: b.quota(*target)}, ensure.Created)
 	})
 	if err != nil {
 		return w.Fail(ctx, err)
@@ -133,6 +133,18 @@ func (b *Backend) Deprovision(ctx context.Context, w *engine.Work) error {
 func (b *Backend) versioning(req engine.Request) bool {
 	plan, err := b.catalog.Lookup(req.ServiceID, req.PlanID)
 	return err == nil && plan.Settings().Versioning
+}
+
+// quota is the limits of req's plan. A plan removed from the catalog since
+// sets none: the bucket's limit is lifted at its next update, as a plan
+// without a quota would have it.
+func (b *Backend) quota(req engine.Request) driver.Quota {
+	plan, err := b.catalog.Lookup(req.ServiceID, req.PlanID)
+	if err != nil {
+		return driver.Quota{}
+	}
+	size, objects := plan.Settings().Limits()
+	return driver.Quota{MaxSize: size, MaxObjects: objects}
 }
 
 func (b *Backend) purgeOnDelete(rec *engine.Record) (bool, error) {

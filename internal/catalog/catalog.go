@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 	"sigs.k8s.io/yaml"
@@ -37,6 +38,65 @@ type PlanConfig struct {
 	// cannot be turned off again (S3 can only suspend it), so an instance
 	// may not change from a plan with versioning to one without.
 	Versioning bool `json:"versioning,omitempty"`
+	// Quota limits each bucket of the plan. It is applied at provision
+	// and at every update (so a plan change changes the limit), and only
+	// on a driver that enforces it: bucketbroker refuses to start with a
+	// plan whose quota its driver cannot enforce.
+	Quota *Quota `json:"quota,omitempty"`
+}
+
+// Quota is a plan's limits on each bucket; an absent field sets no limit.
+type Quota struct {
+	// MaxSize is the most bytes a bucket's objects may hold together: a
+	// Kubernetes quantity ("10Gi", "500M") or a number of bytes.
+	MaxSize json.RawMessage `json:"maxSize,omitempty"`
+	// MaxObjects is the most objects a bucket may hold.
+	MaxObjects *int64 `json:"maxObjects,omitempty"`
+
+	maxSize int64 // MaxSize in bytes, once checked
+}
+
+// Limits returns the plan's limits in bytes and objects, 0 for none.
+func (c PlanConfig) Limits() (maxSize, maxObjects int64) {
+	if c.Quota == nil {
+		return 0, 0
+	}
+	if c.Quota.MaxObjects != nil {
+		maxObjects = *c.Quota.MaxObjects
+	}
+	return c.Quota.maxSize, maxObjects
+}
+
+// check reads the limits, and refuses one that is not a positive whole
+// number.
+func (q *Quota) check() error {
+	if q == nil {
+		return nil
+	}
+	if q.MaxSize == nil && q.MaxObjects == nil {
+		return errors.New("quota: set maxSize, maxObjects or both (leave quota out for no limit)")
+	}
+	if q.MaxSize != nil {
+		n, err := ParseSize(strings.Trim(string(q.MaxSize), `"`))
+		if err != nil {
+			return fmt.Errorf("quota: maxSize: %w", err)
+		}
+		q.maxSize = n
+	}
+	if n := q.MaxObjects; n != nil && *n <= 0 {
+		return fmt.Errorf("quota: maxObjects %d is not a positive number", *n)
+	}
+	return nil
+}
+
+// ParseSize reads a size limit in bytes: a Kubernetes quantity ("10Gi",
+// "500M", "1048576") that is a positive whole number of bytes.
+func ParseSize(s string) (int64, error) {
+	q, err := resource.ParseQuantity(s)
+	if err != nil || q.Sign() <= 0 || q.MilliValue()%1000 != 0 {
+		return 0, fmt.Errorf("%q is not a positive whole number of bytes (such as 10Gi, 500M or 1048576)", s)
+	}
+	return q.Value(), nil
 }
 
 // Access is an access mode of a bucket binding: the driver's access modes
@@ -273,6 +333,9 @@ func (p *Plan) check() error {
 		if !a.Valid() {
 			return fmt.Errorf("plan %q: unknown access mode %q (want read-write, read-only or write-only)", p.Name, a)
 		}
+	}
+	if err := p.Settings().Quota.check(); err != nil {
+		return fmt.Errorf("plan %q: %w", p.Name, err)
 	}
 	if mi := p.MaintenanceInfo; mi != nil && !semver.MatchString(mi.Version) {
 		return fmt.Errorf("plan %q: maintenance_info.version %q is not a semantic version (such as 1.2.0)", p.Name, mi.Version)
