@@ -55,6 +55,16 @@ const (
 	// (AdoptUnmarked). "false" means: look before the next attempt.
 	stateBucketAttempted = "bucketbroker.io/bucket-attempted"
 	stateUserAttempted   = "bucketbroker.io/user-attempted"
+	// stateMaxSize and stateMaxObjects are the limits last applied to the
+	// bucket, in bytes and objects; absent for none.
+	stateMaxSize    = "bucketbroker.io/max-size"
+	stateMaxObjects = "bucketbroker.io/max-objects"
+
+	// ConfigMaxSize and ConfigMaxObjects are the claim's additionalConfig
+	// keys for its bucket's quota, as Rook names them: a size as a
+	// Kubernetes quantity ("10Gi"), a number of objects.
+	ConfigMaxSize    = "maxSize"
+	ConfigMaxObjects = "maxObjects"
 
 	// Keys of the Secret and the ConfigMap applications read.
 	KeyAccessKeyID     = "AWS_ACCESS_KEY_ID"

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
+	"github.com/bucketbroker/bucketbroker/internal/catalog"
 	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
 	"github.com/bucketbroker/bucketbroker/internal/ensure"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
@@ -32,7 +33,7 @@ type phaseFunc func(context.Context, *scope) (reconcile.Result, error)
 // it needs from what exists; a phase that cannot finish ends the pass.
 func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (reconcile.Result, error) {
 	for _, phase := range []phaseFunc{
-		r.plan, r.ensureClaimMeta, r.ensureObjectBucket, r.ensureBucket,
+		r.plan, r.checkQuota, r.ensureClaimMeta, r.ensureObjectBucket, r.ensureBucket,
 		r.ensureSecret, r.ensureConfigMap, r.bind,
 	} {
 		res, err := phase(ctx, s)
@@ -118,6 +119,52 @@ func writtenByOldProvisioner(c *obv1.ObjectBucketClaim) bool {
 		return false
 	}
 	return s.ObjectBucketName != "" || c.Status.Phase != "" || controllerutil.ContainsFinalizer(c, Finalizer)
+}
+
+// checkQuota reads the limits the claim's additionalConfig asks for
+// (ConfigMaxSize, ConfigMaxObjects) and fails the claim, before anything
+// is made or changed, on a limit that is not a positive whole number, one
+// the driver cannot enforce, or one on a bucket that is not the claim's
+// own: a limit asked for is applied or refused, never ignored.
+func (r *Reconciler) checkQuota(_ context.Context, s *scope) (reconcile.Result, error) {
+	q, err := claimQuota(s.claim)
+	if err == nil && !q.IsZero() && !s.plan.owned {
+		err = fmt.Errorf("a quota limits a bucket of the claim's own, and bucket %q is StorageClass %q's", s.plan.bucket, s.claim.Spec.StorageClassName)
+	}
+	if err == nil {
+		err = driver.CheckQuota(r.driver, q)
+	}
+	if err != nil {
+		msg := "additionalConfig: " + err.Error()
+		s.fail(ReasonInvalid, msg)
+		r.event(s, nil, corev1.EventTypeWarning, ReasonInvalid, "Provision", "%s", msg)
+		return reconcile.Result{}, nil
+	}
+	s.quota = q
+	if s.ob == nil {
+		s.plan.quota = q // recorded with the ObjectBucket, applied with the bucket
+	}
+	return reconcile.Result{}, nil
+}
+
+// claimQuota reads the claim's quota from its additionalConfig.
+func claimQuota(c *obv1.ObjectBucketClaim) (driver.Quota, error) {
+	var q driver.Quota
+	if v := c.Spec.AdditionalConfig[ConfigMaxSize]; v != "" {
+		n, err := catalog.ParseSize(v)
+		if err != nil {
+			return q, fmt.Errorf("%s: %w", ConfigMaxSize, err)
+		}
+		q.MaxSize = n
+	}
+	if v := c.Spec.AdditionalConfig[ConfigMaxObjects]; v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return q, fmt.Errorf("%s: %q is not a positive whole number", ConfigMaxObjects, v)
+		}
+		q.MaxObjects = n
+	}
+	return q, nil
 }
 
 // ensureClaimMeta puts the finalizer, the provisioner and the chosen bucket
@@ -321,11 +368,12 @@ func creation(ob *obv1.ObjectBucket, attempted bool) ensure.Creation {
 	return ensure.CreationOf(attempted, bound(ob))
 }
 
-// ensureBucket creates (or adopts) the claim's bucket, or checks that a
-// brownfield bucket exists. A bound claim makes no backend call.
+// ensureBucket creates (or adopts) the claim's bucket with its quota, or
+// checks that a brownfield bucket exists. A bound claim makes no backend
+// call unless its quota changed (ensureQuota).
 func (r *Reconciler) ensureBucket(ctx context.Context, s *scope) (reconcile.Result, error) {
 	if bound(s.ob) {
-		return reconcile.Result{}, nil
+		return r.ensureQuota(ctx, s)
 	}
 	p := s.plan
 	bctx, cancel := backendCtx(ctx)
@@ -344,7 +392,7 @@ func (r *Reconciler) ensureBucket(ctx context.Context, s *scope) (reconcile.Resu
 	// An unmarked bucket of the claim's name is the claim's own when the
 	// record holds the attempt (internal/ensure), or when an old
 	// provisioner generated it for the claim.
-	err := ensure.Bucket(bctx, r.driver, driver.BucketSpec{Name: p.bucket, Owner: p.owner, AdoptUnmarked: p.adoptUnmarked},
+	err := ensure.Bucket(bctx, r.driver, driver.BucketSpec{Name: p.bucket, Owner: p.owner, AdoptUnmarked: p.adoptUnmarked, Quota: s.quota},
 		creation(s.ob, p.bucketAttempted))
 	switch {
 	case errors.Is(err, driver.ErrOwnedByOther):
@@ -358,6 +406,45 @@ func (r *Reconciler) ensureBucket(ctx context.Context, s *scope) (reconcile.Resu
 		return reconcile.Result{}, fmt.Errorf("ensure bucket %q: %w", p.bucket, err)
 	}
 	return reconcile.Result{}, r.hit(s, crashpoint.ClaimBucketCreated)
+}
+
+// ensureQuota applies the quota of a bound claim whose additionalConfig
+// changed it, then records it in the ObjectBucket (with a patch
+// preconditioned on its resourceVersion). A quota as recorded costs no
+// backend call; a crash between the two writes applies it again.
+func (r *Reconciler) ensureQuota(ctx context.Context, s *scope) (reconcile.Result, error) {
+	p := s.plan
+	if !p.owned || s.quota == p.quota {
+		return reconcile.Result{}, nil
+	}
+	bctx, cancel := backendCtx(ctx)
+	err := ensure.Bucket(bctx, r.driver, driver.BucketSpec{Name: p.bucket, Owner: p.owner, Quota: s.quota}, ensure.Created)
+	cancel()
+	switch {
+	case driver.Permanent(err):
+		s.fail(ReasonInvalid, err.Error())
+		return reconcile.Result{}, nil
+	case err != nil:
+		return reconcile.Result{}, fmt.Errorf("apply quota (%s) to bucket %q: %w", s.quota, p.bucket, err)
+	}
+	base := s.ob.DeepCopy()
+	a, st := maps.Clone(s.ob.Annotations), maps.Clone(s.ob.Spec.AdditionalState)
+	if st == nil {
+		st = map[string]string{}
+	}
+	setQuota(a, s.quota)
+	setQuota(st, s.quota)
+	s.ob.Annotations, s.ob.Spec.AdditionalState = a, st
+	if e := s.ob.Spec.Endpoint; e != nil {
+		e.AdditionalConfig = maps.Clone(s.claim.Spec.AdditionalConfig)
+	}
+	if err := r.client.Patch(ctx, s.ob, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), ignoreUnknown); err != nil {
+		return reconcile.Result{}, fmt.Errorf("record quota on object bucket: %w", err)
+	}
+	r.written.changed(s.claim.UID, s.ob, base.ResourceVersion)
+	s.plan.quota = s.quota
+	r.event(s, nil, corev1.EventTypeNormal, ReasonQuotaApplied, "Update", "Bucket %s quota is now %s", p.bucket, s.quota)
+	return reconcile.Result{}, nil
 }
 
 // ownership of a Secret or ConfigMap named like the claim.

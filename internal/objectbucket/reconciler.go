@@ -54,6 +54,7 @@ const (
 	ReasonInvalid         = "Invalid"
 	ReasonDeleting        = "Deleting"
 	ReasonDeletionBlocked = "DeletionBlocked"
+	ReasonQuotaApplied    = "QuotaApplied"
 )
 
 const (
@@ -254,6 +255,8 @@ type scope struct {
 	// plan is the bucket and backend names, from the ObjectBucket when it
 	// exists, else derived.
 	plan plan
+	// quota is what the claim's additionalConfig asks for (checkQuota).
+	quota driver.Quota
 
 	// phase and the Provisioned condition the pass ends with.
 	phase   obv1.Phase
@@ -280,6 +283,9 @@ type plan struct {
 	user            string
 	owner           string
 	reclaim         obv1.ReclaimPolicy
+	// quota is the bucket's limits as last applied (stateMaxSize,
+	// stateMaxObjects).
+	quota driver.Quota
 }
 
 // Reconcile implements reconcile.Reconciler.

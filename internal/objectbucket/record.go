@@ -13,6 +13,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	obv1 "github.com/bucketbroker/bucketbroker/api/objectbucket/v1alpha1"
+	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
 // The ObjectBucket is the claim's durable record, and the CRDs users
@@ -37,11 +38,35 @@ var ignoreUnknown = client.FieldValidation(metav1.FieldValidationIgnore)
 
 // recordOf is the record of plan p, as annotations and additionalState.
 func recordOf(p plan) map[string]string {
-	return map[string]string{
+	r := map[string]string{
 		stateUser: p.user, stateOwner: p.owner,
 		stateBucketOwned: strconv.FormatBool(p.owned), stateAdoptUnmarked: strconv.FormatBool(p.adoptUnmarked),
 		stateBucketAttempted: strconv.FormatBool(p.bucketAttempted), stateUserAttempted: strconv.FormatBool(p.userAttempted),
 	}
+	setQuota(r, p.quota)
+	return r
+}
+
+// setQuota records q in the record m: a key per limit set, none for a
+// limit not set.
+func setQuota(m map[string]string, q driver.Quota) {
+	delete(m, stateMaxSize)
+	delete(m, stateMaxObjects)
+	if q.MaxSize != 0 {
+		m[stateMaxSize] = strconv.FormatInt(q.MaxSize, 10)
+	}
+	if q.MaxObjects != 0 {
+		m[stateMaxObjects] = strconv.FormatInt(q.MaxObjects, 10)
+	}
+}
+
+// quotaOf reads the quota recorded in the record m; a value that is not a
+// number (changed by hand) reads as no limit, which the next pass then
+// applies anew.
+func quotaOf(m map[string]string) driver.Quota {
+	size, _ := strconv.ParseInt(m[stateMaxSize], 10, 64)
+	objects, _ := strconv.ParseInt(m[stateMaxObjects], 10, 64)
+	return driver.Quota{MaxSize: size, MaxObjects: objects}
 }
 
 // recordAnnotations is what the ObjectBucket of claim c with plan p carries
@@ -64,6 +89,7 @@ func planOf(ob *obv1.ObjectBucket) plan {
 		adoptUnmarked:   a[stateAdoptUnmarked] == "true",
 		bucketAttempted: a[stateBucketAttempted] == "true",
 		userAttempted:   a[stateUserAttempted] == "true",
+		quota:           quotaOf(a),
 	}
 }
 

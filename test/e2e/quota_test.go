@@ -48,13 +48,11 @@ func quotaCatalog(t *testing.T, extra string) string {
 // environment names (hack/minio.sh start), with the catalog at path.
 func minioBroker(t *testing.T, catalog string) *harness.Broker {
 	t.Helper()
-	ep, ak, sk := os.Getenv("BUCKETBROKER_TEST_MINIO_ENDPOINT"), os.Getenv("BUCKETBROKER_TEST_MINIO_ACCESS_KEY"), os.Getenv("BUCKETBROKER_TEST_MINIO_SECRET_KEY")
-	if ep == "" || ak == "" || sk == "" {
-		t.Skip(`no MinIO server: run eval "$(hack/minio.sh start /tmp/DIR)" to set BUCKETBROKER_TEST_MINIO_* (make test-minio does it all)`)
-	}
+	be := harness.MinIOBackend(t)
 	prefix := "q" + randomHex(3)
-	b := harness.External(t, binary, harness.Backend{S3: ep, AccessKey: ak, SecretKey: sk, Prefix: prefix})
-	b.Args = []string{"--driver", "minio", "--s3-endpoint", ep, "--name-prefix", prefix, "--catalog", catalog}
+	be.Prefix = prefix
+	b := harness.External(t, binary, be)
+	b.Args = []string{"--driver", "minio", "--s3-endpoint", be.S3, "--name-prefix", prefix, "--catalog", catalog}
 	return b
 }
 
