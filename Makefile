@@ -63,12 +63,11 @@ test-seaweedfs: ## Run the s3iam driver's conformance suite against SeaweedFS (w
 	  $(GO) test -count=1 -v -timeout 15m -run TestConformanceSeaweedFS ./internal/driver/s3iam
 
 .PHONY: test-minio
-test-minio: ## Run the minio driver's tests (the drivertest suite) and its admin API client's against a MinIO server (built once by hack/minio.sh, about 25 minutes cold)
-	hack/minio.sh build >/dev/null
-	dir=$$(mktemp -d "$${TMPDIR:-/tmp}/bucketbroker-minio.XXXXXX"); \
-	  trap 'hack/minio.sh stop "$$dir"; rm -rf "$$dir"' EXIT; \
-	  env=$$(hack/minio.sh start "$$dir") && eval "$$env" && \
-	  $(GO) test -count=1 -v -timeout 15m ./internal/driver/minio/... ./internal/storage/
+test-minio: ## Run every test that needs MinIO (the minio driver's suites, claims, e2e and quotas on it) against a MinIO server (built once by hack/minio.sh, about 25 minutes cold)
+	BUCKETBROKER_MINIO=1 hack/with-test-servers.sh bash -c 'set -e; \
+	  $(GO) test -count=1 -timeout 15m ./internal/driver/minio/... ./internal/storage/; \
+	  $(GO) test -count=1 -timeout 15m -run Quota ./internal/objectbucket/; \
+	  $(GO) test -count=1 -timeout 15m -run "MinIO|Quota" ./test/e2e/'
 
 .PHONY: generate
 generate: ## Regenerate deepcopy code and CRD YAML from api/ (controller-gen, cached)

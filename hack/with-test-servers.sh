@@ -16,6 +16,11 @@
 #     and 2.6 GB of build cache cold) or BUCKETBROKER_SEAWEEDFS=1 asks for
 #     the build; BUCKETBROKER_SEAWEEDFS=0 leaves it out. Left out, its test
 #     skips and says why.
+#   - MinIO, for the minio driver's suites and the e2e, claim and quota
+#     tests on it. Optional in the same way: it starts only when its build
+#     is already cached (hack/minio.sh build, about 25 minutes cold) or
+#     BUCKETBROKER_MINIO=1 asks for the build; BUCKETBROKER_MINIO=0 leaves
+#     it out. Left out, its tests skip and say how to run them.
 #
 # The embedded S3 server and SQLite run inside the tests themselves.
 # Builds are cached under ${BUCKETBROKER_CACHE:-$HOME/.cache/bucketbroker},
@@ -32,6 +37,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/bucketbroker-test-servers.XXXXXX")
 chmod 755 "$work" # PostgreSQL runs as its own user and must reach its folder
 cleanup() {
   hack/seaweedfs.sh stop "$work/swfs" >&2 || true
+  hack/minio.sh stop "$work/minio" >&2 || true
   hack/versitygw.sh stop "$work/vgw" >&2 || true
   hack/postgres.sh stop "$work/pg" >&2 || true
   rm -rf "$work"
@@ -60,6 +66,19 @@ if [ -z "$swfs_skip" ]; then
 else
   echo "SeaweedFS left out: $swfs_skip" >&2
   export BUCKETBROKER_TEST_SEAWEEDFS_SKIP="$swfs_skip"
+fi
+minio_skip=""
+case "${BUCKETBROKER_MINIO:-}" in
+  1) ;;
+  0) minio_skip="BUCKETBROKER_MINIO=0 left it out" ;;
+  *) hack/minio.sh cached >/dev/null 2>&1 ||
+       minio_skip="no cached build (hack/minio.sh build, or BUCKETBROKER_MINIO=1, builds it: about 25 minutes)" ;;
+esac
+if [ -z "$minio_skip" ]; then
+  minio_env=$(hack/minio.sh start "$work/minio")
+  eval "$minio_env"
+else
+  echo "MinIO left out: $minio_skip; its tests skip" >&2
 fi
 KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh | tail -n 1)
 export KUBEBUILDER_ASSETS
