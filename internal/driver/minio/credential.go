@@ -30,6 +30,8 @@ func policyName(user string) string { return PolicyPrefix + user }
 // userState is what one look at a user shows.
 type userState struct {
 	exists bool
+	// enabled is false for a user the server refuses (disabled).
+	enabled bool
 	// owner is the user's owner mark, empty when it has none.
 	owner string
 	// policy is the document of the user's policy (policyName) as the
@@ -56,7 +58,7 @@ func (d *Driver) observeUser(ctx context.Context, name string) (userState, error
 	if err != nil {
 		return userState{}, fmt.Errorf("look at user %q: %w", name, err)
 	}
-	u := userState{exists: true, policies: info.Policies, groups: info.Groups}
+	u := userState{exists: true, enabled: info.Enabled, policies: info.Policies, groups: info.Groups}
 	if !slices.Contains(info.Policies, policyName(name)) {
 		return u, nil
 	}
@@ -131,6 +133,14 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 		if !samePolicy(u.policy, policy) {
 			if err := d.putPolicy(ctx, spec.UserName, policy); err != nil {
 				return driver.Credential{}, err
+			}
+		}
+		if !u.enabled {
+			// Disabled outside the broker (mc admin user disable): the
+			// credential this call ensures must work. Unbinding is how
+			// a binding's key is stopped.
+			if err := d.admin.SetUserStatus(ctx, spec.UserName, true); err != nil {
+				return driver.Credential{}, fmt.Errorf("enable user %q: %w", spec.UserName, err)
 			}
 		}
 	case u.owner == "" && spec.AdoptUnmarked:

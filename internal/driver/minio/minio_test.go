@@ -471,3 +471,54 @@ func TestPolicyFollowsAccess(t *testing.T) {
 		t.Errorf("list with the read-only key: %v", err)
 	}
 }
+
+// TestDisabledUserEnabledAgain: a user of ours that an operator disabled
+// is enabled again by the next EnsureCredential, in each key mode, so
+// that the key the call leaves works; another owner's disabled user stays
+// as it is.
+func TestDisabledUserEnabledAgain(t *testing.T) {
+	cfg := liveConfig(t)
+	d := newDriver(t, cfg)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	n := newNames(t, "off")
+	if err := d.EnsureBucket(ctx, driver.BucketSpec{Name: n.bucket, Owner: n.owner}); err != nil {
+		t.Fatalf("EnsureBucket: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := d.RevokeCredential(ctx, n.user, n.owner); err != nil {
+			t.Errorf("cleanup: revoke: %v", err)
+		}
+		if err := d.DeleteBucket(ctx, n.bucket, n.owner, true); err != nil {
+			t.Errorf("cleanup: delete bucket: %v", err)
+		}
+	})
+	spec := driver.CredentialSpec{UserName: n.user, Owner: n.owner, Bucket: n.bucket, Access: driver.AccessReadWrite, Keys: driver.AddKey}
+	cred, err := d.EnsureCredential(ctx, spec)
+	if err != nil {
+		t.Fatalf("EnsureCredential: %v", err)
+	}
+	s3c := s3Client(cfg.Endpoint, cred.AccessKeyID, cred.SecretAccessKey)
+	root, err := adminapi.New(adminapi.Config{Endpoint: cfg.Endpoint, AccessKey: cfg.AccessKeyID, SecretKey: cfg.SecretAccessKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []driver.KeyMode{driver.KeepOnlyKey, driver.ReplaceKeys} {
+		if err := root.SetUserStatus(ctx, n.user, false); err != nil {
+			t.Fatalf("root: disable user: %v", err)
+		}
+		if err := put(ctx, s3c, n.bucket, "while-disabled"); err == nil {
+			t.Fatal("a disabled user's key could write, want it refused (the test proves nothing)")
+		}
+		spec.Keys, spec.KeyID = mode, cred.AccessKeyID
+		got, err := d.EnsureCredential(ctx, spec)
+		if err != nil || got.AccessKeyID != cred.AccessKeyID {
+			t.Fatalf("EnsureCredential(mode %d) of a disabled user = %+v, %v; want key %s kept", mode, got, err, cred.AccessKeyID)
+		}
+		if err := put(ctx, s3c, n.bucket, "enabled-again"); err != nil {
+			t.Errorf("mode %d: the key after EnsureCredential of a disabled user: %v, want it to work", mode, err)
+		}
+	}
+}

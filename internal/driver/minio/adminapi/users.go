@@ -66,6 +66,24 @@ func (c *Client) AddUser(ctx context.Context, accessKey, secretKey string) error
 	return err
 }
 
+// SetUserStatus enables or disables the user accessKey; a disabled
+// user's keys, its service accounts' too, are refused. A missing user is
+// ErrNoSuchUser.
+func (c *Client) SetUserStatus(ctx context.Context, accessKey string, enabled bool) error {
+	if accessKey == "" {
+		return errors.New("minio admin set-user-status: access key is required")
+	}
+	status := "disabled"
+	if enabled {
+		status = "enabled"
+	}
+	_, err := c.do(ctx, call{
+		method: http.MethodPut, op: "set-user-status",
+		query: url.Values{"accessKey": {accessKey}, "status": {status}},
+	})
+	return err
+}
+
 // RemoveUser deletes the user accessKey and its policy attachments; its key
 // stops working at once. A missing user is ErrNoSuchUser.
 func (c *Client) RemoveUser(ctx context.Context, accessKey string) error {
