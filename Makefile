@@ -63,12 +63,13 @@ test-seaweedfs: ## Run the s3iam driver's conformance suite against SeaweedFS (w
 	  $(GO) test -count=1 -v -timeout 15m -run TestConformanceSeaweedFS ./internal/driver/s3iam
 
 .PHONY: test-minio
-test-minio: ## Run the minio driver's tests (the drivertest suite) and its admin API client's against a MinIO server (built once by hack/minio.sh, about 25 minutes cold)
+test-minio: ## Run the minio driver's tests (the drivertest suite), its admin API client's and the binary's on --driver minio (test/e2e TestMinIO*) against a MinIO server (built once by hack/minio.sh, about 25 minutes cold)
 	hack/minio.sh build >/dev/null
 	dir=$$(mktemp -d "$${TMPDIR:-/tmp}/bucketbroker-minio.XXXXXX"); \
 	  trap 'hack/minio.sh stop "$$dir"; rm -rf "$$dir"' EXIT; \
 	  env=$$(hack/minio.sh start "$$dir") && eval "$$env" && \
-	  $(GO) test -count=1 -v -timeout 15m ./internal/driver/minio/... ./internal/storage/
+	  $(GO) test -count=1 -v -timeout 15m ./internal/driver/minio/... ./internal/storage/ && \
+	  $(GO) test -count=1 -v -timeout 15m -run '^TestMinIO' ./test/e2e
 
 .PHONY: generate
 generate: ## Regenerate deepcopy code and CRD YAML from api/ (controller-gen, cached)
