@@ -26,8 +26,8 @@ import (
 // The TestMinIO tests run the binary on --driver minio against a real
 // MinIO server (hack/minio.sh; make test-minio) and check what the other
 // e2e tests check on the embedded server, by S3 calls with the keys the
-// broker handed out. Each broker names its buckets and users under a
-// prefix of its own: the server is shared.
+// broker handed out. Each test names its buckets and users under a prefix
+// of its own: the server is shared.
 
 // minioBroker returns a broker (not started) on the minio driver.
 func minioBroker(t *testing.T) *harness.Broker {
@@ -175,38 +175,67 @@ func TestMinIOFlow(t *testing.T) {
 	}
 }
 
-// TestMinIOKillMidProvision: the broker dies (a crash point: the process
-// exits at once, nothing deferred runs) after MinIO made the bucket and
-// before the record says so. Restarted, the platform's retry converges on
-// one bucket, a bind works, and the audit finds no drift.
-func TestMinIOKillMidProvision(t *testing.T) {
-	b := minioBroker(t)
+// TestMinIOCrashPoints: the broker dies at a crash point (the process
+// exits at once, nothing deferred runs, as under kill -9) in the middle of
+// a provision, right after MinIO created the bucket (bucket/created-unmarked)
+// or once the bucket is done and before the record says so
+// (provision/bucket-created), or of a bind, after MinIO made the key and
+// before the record holds it (bind/key-created). Restarted, the platform's retry converges: one
+// bucket, one key that works, and the audit finds no drift (no stray key).
+func TestMinIOCrashPoints(t *testing.T) {
 	inst := "/v2/service_instances/crash"
-	b.Start(string(crashpoint.ProvisionBucketCreated))
-	if r := b.Do("PUT", inst+"?"+incomplete, provisionBody); r.Err == nil && r.Code != http.StatusAccepted {
-		t.Fatalf("provision: %s; want 202 or no answer (the process dies at %s)", r, crashpoint.ProvisionBucketCreated)
-	}
-	b.WaitCrash()
-	if got := len(buckets(t, b)); got != 1 {
-		t.Fatalf("%d buckets after the crash, want the 1 it made", got)
-	}
-	b.Start()
-	r := untilDone(t, b, "PUT", inst+"?"+incomplete, provisionBody, http.StatusAccepted, http.StatusOK)
-	if r.Code == http.StatusAccepted {
-		if p, err := b.LastOperation(time.Minute, inst, r.Operation()); err != nil || p.State() != "succeeded" {
-			t.Fatalf("resumed provision: %s, %v; want succeeded", p, err)
-		}
-	}
-	untilDone(t, b, "PUT", inst+"?"+incomplete, provisionBody, http.StatusOK)
-	if got := len(buckets(t, b)); got != 1 {
-		t.Errorf("%d buckets after the restart, want 1", got)
-	}
-	c := untilDone(t, b, "PUT", inst+"/service_bindings/app", bindBody, http.StatusCreated).Creds()
-	if err := b.Backend.Works(c); err != nil {
-		t.Errorf("the key after the resumed provision: %v", err)
-	}
-	if code, out, err := b.Audit(); code != 0 || err != nil {
-		t.Errorf("audit: %d %v\n%s", code, err, out)
+	bind := inst + "/service_bindings/app"
+	for _, tc := range []struct {
+		point crashpoint.Point
+		path  string
+		body  map[string]any
+	}{
+		{crashpoint.BucketCreatedUnmarked, inst, provisionBody},
+		{crashpoint.ProvisionBucketCreated, inst, provisionBody},
+		{crashpoint.BindKeyCreated, bind, bindBody},
+	} {
+		t.Run(string(tc.point), func(t *testing.T) {
+			b := minioBroker(t)
+			if tc.path == bind {
+				b.Start()
+				untilDone(t, b, "PUT", inst, provisionBody, http.StatusCreated)
+				b.Stop()
+			}
+			b.Start(string(tc.point))
+			path := tc.path + "?" + incomplete
+			if r := b.Do("PUT", path, tc.body); r.Err == nil && r.Code != http.StatusAccepted {
+				t.Fatalf("the call answered %s; want 202 or no answer (the process dies at %s)", r, tc.point)
+			}
+			b.WaitCrash()
+			if got := len(buckets(t, b)); got != 1 {
+				t.Fatalf("%d buckets after the crash, want the 1 made before it", got)
+			}
+			b.Start()
+			r := untilDone(t, b, "PUT", path, tc.body, http.StatusAccepted, http.StatusOK)
+			if r.Code == http.StatusAccepted {
+				if p, err := b.LastOperation(time.Minute, tc.path, r.Operation()); err != nil || p.State() != "succeeded" {
+					t.Fatalf("resumed operation: %s, %v; want succeeded", p, err)
+				}
+			}
+			untilDone(t, b, "PUT", path, tc.body, http.StatusOK)
+			want := http.StatusOK
+			if tc.path == inst {
+				want = http.StatusCreated
+			}
+			c := untilDone(t, b, "PUT", bind, bindBody, want).Creds()
+			if err := b.Backend.Works(c); err != nil {
+				t.Errorf("the binding's key: %v", err)
+			}
+			if got := len(buckets(t, b)); got != 1 {
+				t.Errorf("%d buckets, want 1", got)
+			}
+			if m := keys(t, b); len(m) != 1 || len(slices.Concat(slices.Collect(maps.Values(m))...)) != 1 {
+				t.Errorf("users and keys %v, want one user with one key", m)
+			}
+			if code, out, err := b.Audit(); code != 0 || err != nil {
+				t.Errorf("audit: %d %v\n%s", code, err, out)
+			}
+		})
 	}
 }
 
