@@ -56,7 +56,7 @@ func TestClaimQuotaRefused(t *testing.T) {
 // additionalConfig lets the same write through, and taking it out lifts
 // the limit; the ObjectBucket records each limit applied.
 func TestClaimQuotaOnMinIO(t *testing.T) {
-	be := harness.MinIOBackend(t)
+	be := harness.MinIOBackend(t, "")
 	apiServer(t)
 	ctx := testContext(t)
 	drv, err := minio.New(minio.Config{Endpoint: be.S3, AccessKeyID: be.AccessKey, SecretAccessKey: be.SecretKey})

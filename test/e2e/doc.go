@@ -1,7 +1,9 @@
 // Package e2e tests the bucketbroker binary as a platform sees it: a real
 // process with its embedded S3 + IAM server and SQLite state, driven over
 // HTTP, killed at named crash points and started again on the same data
-// dir.
+// dir. The TestMinIO tests (minio_test.go; make test-minio) run the same
+// flows on --driver minio against a real MinIO server, and skip without
+// one.
 //
 // TestScale and BenchmarkScale (scale_test.go) provision and bind many
 // instances on one broker and report what grows with the count: latency,

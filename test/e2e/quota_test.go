@@ -44,15 +44,12 @@ func quotaCatalog(t *testing.T, extra string) string {
 	return path
 }
 
-// minioBroker is a broker on the minio driver against the MinIO server the
-// environment names (hack/minio.sh start), with the catalog at path.
-func minioBroker(t *testing.T, catalog string) *harness.Broker {
+// quotaBroker is a broker on the minio driver (minioBroker) serving the
+// catalog at path.
+func quotaBroker(t *testing.T, catalog string) *harness.Broker {
 	t.Helper()
-	be := harness.MinIOBackend(t)
-	prefix := "q" + randomHex(3)
-	be.Prefix = prefix
-	b := harness.External(t, binary, be)
-	b.Args = []string{"--driver", "minio", "--s3-endpoint", be.S3, "--name-prefix", prefix, "--catalog", catalog}
+	b := minioBroker(t)
+	b.Args = append(b.Args, "--catalog", catalog)
 	return b
 }
 
@@ -61,7 +58,7 @@ func minioBroker(t *testing.T, catalog string) *harness.Broker {
 // change back lowers the limit again. The objects are the application's:
 // purge_on_delete takes them with the bucket.
 func TestQuotaOnMinIO(t *testing.T) {
-	b := minioBroker(t, quotaCatalog(t, ""))
+	b := quotaBroker(t, quotaCatalog(t, ""))
 	b.Start()
 	inst := "/v2/service_instances/quota-" + randomHex(4)
 	body := func(plan string) map[string]any {
@@ -123,7 +120,7 @@ func TestQuotaNeverIgnored(t *testing.T) {
 		refused(t, b, `plan "small" of service "s3-bucket" asks for a bucket quota`, "cannot limit a bucket by size (maxSize)")
 	})
 	t.Run("minio", func(t *testing.T) {
-		b := minioBroker(t, quotaCatalog(t, `      - id: 6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1c03
+		b := quotaBroker(t, quotaCatalog(t, `      - id: 6e4a7a9c-0f1d-4a8e-9b3c-2d5f7e9a1c03
         name: counted
         description: 1000 objects
         bucketbroker: {quota: {maxObjects: 1000}}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -16,13 +17,17 @@ import (
 	"github.com/bucketbroker/bucketbroker/internal/sdkhttp"
 )
 
-// Backend is an S3 + IAM endpoint and its root keys, seen from the test.
+// Backend is an S3 + IAM endpoint, or a MinIO server, and its root keys,
+// seen from the test.
 type Backend struct {
-	S3, IAM              string // URLs
+	S3, IAM              string // URLs; IAM is empty on MinIO
 	AccessKey, SecretKey string
 	// Prefix, when set, starts the names of what the broker under test
 	// makes there; listings only count those.
 	Prefix string
+	// MinIO says the server is MinIO, which has no IAM API: Keys lists
+	// users and keys through its admin API instead (MinIOBackend).
+	MinIO bool
 }
 
 func (be Backend) ours(name string) bool {
@@ -54,6 +59,9 @@ func (be Backend) Buckets() ([]string, error) {
 // Keys maps every backend user that is ours to its access key ids (all
 // pages: IAM lists 100 users per page).
 func (be Backend) Keys() (map[string][]string, error) {
+	if be.MinIO {
+		return be.minioKeys()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := iam.New(iam.Options{HTTPClient: sdkhttp.Client(nil), Region: "us-east-1", BaseEndpoint: aws.String(be.IAM),
@@ -125,6 +133,25 @@ func (be Backend) Put(c map[string]any, key, body string) error {
 		return fmt.Errorf("put object %s into %s: %w", key, bucket, err)
 	}
 	return nil
+}
+
+// Get reads one object with a binding's credentials from its bucket.
+func (be Backend) Get(c map[string]any, key string) (string, error) {
+	ak, _ := c["access_key_id"].(string)
+	sk, _ := c["secret_access_key"].(string)
+	bucket, _ := c["bucket"].(string)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := be.s3(ak, sk).GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	if err != nil {
+		return "", fmt.Errorf("get object %s from %s: %w", key, bucket, err)
+	}
+	defer out.Body.Close()
+	data, err := io.ReadAll(out.Body)
+	if err != nil {
+		return "", fmt.Errorf("read object %s from %s: %w", key, bucket, err)
+	}
+	return string(data), nil
 }
 
 // Delete deletes one object with a binding's credentials (in a versioned

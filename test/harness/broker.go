@@ -326,12 +326,14 @@ func (b *Broker) Kill() {
 	b.cmd = nil
 }
 
-// Audit runs `bucketbroker admin audit --output json` on the stopped
-// broker's data dir (the audit starts the embedded server itself, on the
-// broker's addresses) and returns its exit status and output. Status 0 is
-// no drift, 2 is drift found (printed), 1 the audit could not run.
-func (b *Broker) Audit() (int, string, error) {
-	if b.cmd != nil {
+// Audit runs `bucketbroker admin audit --output json` on the broker's data
+// dir, with args added (--fix --yes), and returns its exit status and
+// output. Status 0 is no drift, 2 is drift found (printed), 1 the audit
+// could not run. On the embedded server the broker must be stopped: the
+// audit starts the server itself, on the broker's addresses; an external
+// one is audited beside the running broker, as an operator would.
+func (b *Broker) Audit(args ...string) (int, string, error) {
+	if b.cmd != nil && b.embedded {
 		return 1, "", fmt.Errorf("audit: stop the broker first (the audit starts the embedded server on its addresses)")
 	}
 	cmd := exec.Command(b.binary, "admin", "audit", "--output", "json", "--data-dir", b.DataDir)
@@ -339,6 +341,7 @@ func (b *Broker) Audit() (int, string, error) {
 		cmd.Args = append(cmd.Args, "--s3-listen", b.s3Ad, "--iam-listen", b.iamAdr)
 	}
 	cmd.Args = append(cmd.Args, b.Args...)
+	cmd.Args = append(cmd.Args, args...)
 	cmd.Env = append(os.Environ(), "BUCKETBROKER_S3_ROOT_ACCESS_KEY="+RootAK, "BUCKETBROKER_S3_ROOT_SECRET_KEY="+RootSK)
 	cmd.Env = append(cmd.Env, b.Env...)
 	var out LockedBuffer
