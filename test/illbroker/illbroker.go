@@ -50,7 +50,9 @@ type Config struct {
 	FailedOpRate float64
 	// DuplicateStatus is the answer to a create of an id that exists
 	// (instance) — 409 or 500, "name taken"; 0 picks one of the two at
-	// random for each. A duplicate bind always answers 500.
+	// random for each; 200 answers as the spec asks (200, or 202 while
+	// it is being created, to an identical request; 409 to another). A
+	// duplicate bind always answers 500.
 	DuplicateStatus int
 	// NotRetrievable leaves instances_retrievable and bindings_retrievable
 	// out of the catalog (GET still answers).
@@ -81,9 +83,12 @@ type State struct {
 
 // InstanceStats is one instance id's history.
 type InstanceStats struct {
-	Creates int  `json:"creates"`
-	Deletes int  `json:"deletes"`
-	Exists  bool `json:"exists"`
+	Creates int `json:"creates"`
+	Deletes int `json:"deletes"`
+	// Identical counts creates answered as identical (DuplicateStatus
+	// 200).
+	Identical int  `json:"identical,omitempty"`
+	Exists    bool `json:"exists"`
 	// State is provisioning, ready, failed (the operation failed, the
 	// instance exists) or deprovisioning.
 	State    string `json:"state,omitempty"`
@@ -98,9 +103,12 @@ type InstanceStats struct {
 
 // BindingStats is one binding id's history.
 type BindingStats struct {
-	Creates int  `json:"creates"`
-	Deletes int  `json:"deletes"`
-	Exists  bool `json:"exists"`
+	Creates int `json:"creates"`
+	Deletes int `json:"deletes"`
+	// Identical counts creates answered as identical (DuplicateStatus
+	// 200).
+	Identical int  `json:"identical,omitempty"`
+	Exists    bool `json:"exists"`
 	// CredentialsIssued counts the distinct credentials handed out.
 	CredentialsIssued int    `json:"credentials_issued"`
 	InstanceID        string `json:"instance_id"`
@@ -259,6 +267,24 @@ func (s *Server) advance() {
 	}
 }
 
+// identical answers a create of instance id, which exists, as the spec
+// asks: 200 (202 while it is being created) when req is the create that
+// made it, 409 otherwise.
+func (s *Server) identical(w http.ResponseWriter, id string, in *InstanceStats, req osbapi.ProvisionRequest) {
+	if req.PlanID != in.PlanID || !bytes.Equal(req.Parameters, in.Parameters) {
+		writeJSON(w, http.StatusConflict, map[string]any{"description": "an instance with this id exists with other attributes"})
+		return
+	}
+	in.Identical++
+	if in.State == "provisioning" {
+		if op := s.ops[id]; op != nil {
+			writeJSON(w, http.StatusAccepted, map[string]any{"operation": op.id, "dashboard_url": dashboardURL(id)})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"dashboard_url": dashboardURL(id)})
+}
+
 func (s *Server) provision(w http.ResponseWriter, r *http.Request, body []byte) {
 	id := r.PathValue("i")
 	var req osbapi.ProvisionRequest
@@ -281,6 +307,10 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request, body []byte) 
 		// The marketplace-fronting broker: the backing instance's name is
 		// taken, identical request or not.
 		status := s.cfg.DuplicateStatus
+		if status == http.StatusOK {
+			s.identical(w, id, in, req)
+			return
+		}
 		if status == 0 {
 			status = [...]int{http.StatusConflict, http.StatusInternalServerError}[s.rng.IntN(2)]
 		}

@@ -71,6 +71,36 @@ func asError(err error) *osbclient.Error {
 	return e
 }
 
+// TestIdenticalCreateAsTheSpecAsks: with -duplicate-status 200 an
+// identical create answers 200 (202 while the creation runs) and counts
+// as identical; another create of the same id answers 409.
+func TestIdenticalCreateAsTheSpecAsks(t *testing.T) {
+	ib, c := start(t, "-duplicate-status", "200", "-async-delay", "1h")
+	ctx := context.Background()
+	for _, plan := range []string{illbroker.PlanSync, illbroker.PlanAsync} {
+		id, async := "i-"+plan, plan == illbroker.PlanAsync
+		first, err := c.Provision(ctx, id, provisionReq(plan, async))
+		if err != nil {
+			t.Fatalf("%s: provision: %v", plan, err)
+		}
+		again, err := c.Provision(ctx, id, provisionReq(plan, async))
+		wantStatus := http.StatusOK
+		if async {
+			wantStatus = http.StatusAccepted
+		}
+		if err != nil || again.Status != wantStatus || again.Operation != first.Operation {
+			t.Fatalf("%s: identical provision: %+v %v, want %d (operation %q)", plan, again, err, wantStatus, first.Operation)
+		}
+		other := provisionReq(plan, async)
+		other.Parameters = json.RawMessage(`{"size":"large"}`)
+		_, err = c.Provision(ctx, id, other)
+		wantError(t, plan+": provision with other parameters", err, http.StatusConflict, "", "other attributes")
+		if in := ib.State().Instances[id]; in.Creates != 1 || in.Identical != 1 {
+			t.Errorf("%s: instance %+v, want 1 create and 1 identical", plan, in)
+		}
+	}
+}
+
 func TestDuplicatesAreRefused(t *testing.T) {
 	for _, status := range []int{http.StatusConflict, http.StatusInternalServerError} {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketbroker/bucketbroker/internal/crashpoint"
 	"github.com/bucketbroker/bucketbroker/test/harness"
 	"github.com/bucketbroker/bucketbroker/test/illbroker"
 )
@@ -135,4 +136,42 @@ func stats(in *illbroker.InstanceStats) string {
 		return "unknown to the upstream"
 	}
 	return fmt.Sprintf("exists %t, %d creates, %d deletes, state %q, parameters %s", in.Exists, in.Creates, in.Deletes, in.State, in.Parameters)
+}
+
+// TestIdenticalPUTThenCrash: the answer to a synchronous provision is lost,
+// last_operation answers "failed" for the live instance and the service
+// is not instances_retrievable, so bucketbroker sends the identical
+// provision again, which this upstream answers as the spec asks (200).
+// The front broker dies right after that answer (provision/
+// upstream-answered), before recording it; restarted, it sends the
+// identical provision once more. The instance is created once and never
+// deleted, and the platform's retry gets the instance.
+func TestIdenticalPUTThenCrash(t *testing.T) {
+	ib := harness.StartIllBroker(t, illBinary, "-forgetful-last-operation", "-lose-first-answer",
+		"-not-retrievable", "-duplicate-status", "200")
+	b := harness.New(t, binary)
+	b.Front("ill", ib.URL(), harness.IllUser, harness.IllPass, false)
+	b.Start(string(crashpoint.ProvisionUpstreamAnswered))
+	path := "/v2/service_instances/i-again"
+	first := b.Do("PUT", path, illBody(illbroker.PlanSync))
+	if err := b.TryWaitCrash(60 * time.Second); err != nil {
+		t.Fatalf("provision answered %s and did not die at %s: %v", first, crashpoint.ProvisionUpstreamAnswered, err)
+	}
+	in := ib.State().Instances["i-again"]
+	if in == nil || in.Creates != 1 || in.Identical != 1 || in.Deletes != 0 {
+		t.Fatalf("upstream instance before the restart: %s (identical %d), want created once, sent once more identically, never deleted",
+			stats(in), in.Identical)
+	}
+	b.Start()
+	want(t, b.Do("PUT", path, illBody(illbroker.PlanSync)), http.StatusCreated, http.StatusOK)
+	want(t, b.Do("PUT", path, illBody(illbroker.PlanSync)), http.StatusOK)
+	if in := ib.State().Instances["i-again"]; !in.Exists || in.Creates != 1 || in.Deletes != 0 || in.Identical < 2 {
+		t.Fatalf("upstream instance after the restart: %s (identical %d), want created once and never deleted, the identical provision sent again",
+			stats(in), in.Identical)
+	}
+	want(t, b.Do("DELETE", path+illQuery(illbroker.PlanSync), nil), http.StatusOK)
+	if in := ib.State().Instances["i-again"]; in.Exists || in.Deletes != 1 {
+		t.Fatalf("upstream instance after the platform's deprovision: %s", stats(in))
+	}
+	noErrorLines(t, b)
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/bucketbroker/bucketbroker/test/illbroker"
@@ -20,7 +21,7 @@ func main() {
 	flag.DurationVar(&cfg.AsyncDelay, "async-delay", 2*time.Second, "how long an asynchronous operation stays in progress")
 	flag.Float64Var(&cfg.FailRate, "fail-rate", 0, "fraction of OSB requests that fail transiently (0..1)")
 	flag.Float64Var(&cfg.FailedOpRate, "failed-op-rate", 0, "fraction of asynchronous provisions that end failed after creating the instance (0..1)")
-	flag.IntVar(&cfg.DuplicateStatus, "duplicate-status", 0, "answer to a create of an existing instance id: 409, 500, or 0 for a seeded choice")
+	flag.IntVar(&cfg.DuplicateStatus, "duplicate-status", 0, "answer to a create of an existing instance id: 409, 500, 0 for a seeded choice, or 200 for the spec's (200 or 202 to an identical request, 409 to another)")
 	flag.BoolVar(&cfg.NotRetrievable, "not-retrievable", false, "leave instances_retrievable and bindings_retrievable out of the catalog")
 	flag.BoolVar(&cfg.ForgetfulLastOperation, "forgetful-last-operation", false, `answer every last_operation without "operation" with state failed, "The operation could not be found."`)
 	flag.BoolVar(&cfg.LoseFirstAnswer, "lose-first-answer", false, "carry out the first create of each instance and binding id, then drop the connection instead of answering")
@@ -38,8 +39,8 @@ func run(listen string, cfg illbroker.Config) error {
 		return errors.New("set ILLBROKER_USERNAME and ILLBROKER_PASSWORD")
 	case cfg.FailRate < 0 || cfg.FailRate > 1 || cfg.FailedOpRate < 0 || cfg.FailedOpRate > 1:
 		return errors.New("-fail-rate and -failed-op-rate must be within 0..1")
-	case cfg.DuplicateStatus != 0 && cfg.DuplicateStatus != http.StatusConflict && cfg.DuplicateStatus != http.StatusInternalServerError:
-		return fmt.Errorf("-duplicate-status %d: want 409, 500 or 0", cfg.DuplicateStatus)
+	case !slices.Contains([]int{0, http.StatusOK, http.StatusConflict, http.StatusInternalServerError}, cfg.DuplicateStatus):
+		return fmt.Errorf("-duplicate-status %d: want 409, 500, 200 or 0", cfg.DuplicateStatus)
 	case cfg.AsyncDelay < 0:
 		return errors.New("-async-delay must not be negative")
 	}
