@@ -130,18 +130,8 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 	}
 	switch {
 	case u.owner == spec.Owner:
-		if !samePolicy(u.policy, policy) {
-			if err := d.putPolicy(ctx, spec.UserName, policy); err != nil {
-				return driver.Credential{}, err
-			}
-		}
-		if !u.enabled {
-			// Disabled outside the broker (mc admin user disable): the
-			// credential this call ensures must work. Unbinding is how
-			// a binding's key is stopped.
-			if err := d.admin.SetUserStatus(ctx, spec.UserName, true); err != nil {
-				return driver.Credential{}, fmt.Errorf("enable user %q: %w", spec.UserName, err)
-			}
+		if err := d.mendUser(ctx, spec.UserName, policy, u); err != nil {
+			return driver.Credential{}, err
 		}
 	case u.owner == "" && spec.AdoptUnmarked:
 		if err := d.adoptUser(ctx, spec.UserName, policy, u); err != nil {
@@ -179,6 +169,24 @@ func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpe
 		return driver.Credential{AccessKeyID: spec.KeyID}, nil
 	}
 	return d.createKey(ctx, spec.UserName)
+}
+
+// mendUser makes a user of ours as EnsureCredential leaves it: its policy
+// as wanted, and enabled. A user disabled outside the broker (mc admin
+// user disable) is enabled again, since the credential this call ensures
+// must work; unbinding is how a binding's key is stopped.
+func (d *Driver) mendUser(ctx context.Context, user string, policy []byte, u userState) error {
+	if !samePolicy(u.policy, policy) {
+		if err := d.putPolicy(ctx, user, policy); err != nil {
+			return err
+		}
+	}
+	if !u.enabled {
+		if err := d.admin.SetUserStatus(ctx, user, true); err != nil {
+			return fmt.Errorf("enable user %q: %w", user, err)
+		}
+	}
+	return nil
 }
 
 // createUser makes a user that did not exist, in the order that leaves a
