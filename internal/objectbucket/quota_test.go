@@ -51,10 +51,12 @@ func TestClaimQuotaRefused(t *testing.T) {
 	}
 }
 
-// TestClaimQuotaOnMinIO: a claim's maxSize is the bucket's hard limit on
-// MinIO. A bound key cannot write past it; raising it in the claim's
+// TestClaimQuotaOnMinIO: a claim on MinIO, with a quota. The Secret's key
+// works in the claim's bucket and nowhere else; maxSize is the bucket's
+// hard limit: a bound key cannot write past it, raising it in the claim's
 // additionalConfig lets the same write through, and taking it out lifts
-// the limit; the ObjectBucket records each limit applied.
+// the limit; the ObjectBucket records each limit applied. Deleting the
+// claim deletes its bucket and its user.
 func TestClaimQuotaOnMinIO(t *testing.T) {
 	be := harness.MinIOBackend(t, "")
 	apiServer(t)
@@ -83,6 +85,15 @@ func TestClaimQuotaOnMinIO(t *testing.T) {
 	}
 	if err := be.Put(creds, "small", "fits"); err != nil {
 		t.Fatalf("put of 4 bytes into a claim limited to 1Mi: %v", err)
+	}
+	other := b.bucket + "-other"
+	if err := drv.EnsureBucket(ctx, driver.BucketSpec{Name: other, Owner: "test/other"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = drv.DeleteBucket(context.Background(), other, "test/other", true) })
+	elsewhere := map[string]any{"bucket": other, "access_key_id": creds["access_key_id"], "secret_access_key": creds["secret_access_key"]}
+	if err := be.Put(elsewhere, "probe", "x"); err == nil {
+		t.Errorf("the claim's key wrote into another bucket, %s", other)
 	}
 
 	setQuota := func(size string) {
@@ -126,8 +137,10 @@ func TestClaimQuotaOnMinIO(t *testing.T) {
 	}
 	deleteObj(ctx, t, obc)
 	waitGone(ctx, t, obc)
-	obs, err := drv.Observe(ctx, driver.ObserveRequest{Bucket: b.bucket})
-	if err != nil || obs.BucketExists {
-		t.Errorf("bucket %s after the claim's deletion: exists %v, %v; want it deleted", b.bucket, obs.BucketExists, err)
+	user := driver.UserName(testPrefix, claimKind, string(b.claim.UID))
+	obs, err := drv.Observe(ctx, driver.ObserveRequest{Bucket: b.bucket, UserName: user})
+	if err != nil || obs.BucketExists || obs.UserExists {
+		t.Errorf("after the claim's deletion: bucket %s exists %v, user %s exists %v (%v); want both deleted",
+			b.bucket, obs.BucketExists, user, obs.UserExists, err)
 	}
 }
