@@ -31,7 +31,7 @@ func TestClaimBoundAndDeleted(t *testing.T) {
 	createRawBucket(ctx, t, other)
 
 	obc := newClaim(ns, "photos", class, func(s *obv1.ObjectBucketClaimSpec) {
-		s.AdditionalConfig = map[string]string{"maxObjects": "1000"}
+		s.AdditionalConfig = map[string]string{"tls": "true"} // passed on to the ObjectBucket as it is
 	})
 	create(ctx, t, obc)
 	got := waitPhase(ctx, t, obc, obv1.PhaseBound)
@@ -79,7 +79,7 @@ func TestClaimBoundAndDeleted(t *testing.T) {
 		StorageClassName: class, ReclaimPolicy: obv1.ReclaimDelete,
 		ClaimRef: &obv1.ClaimReference{APIVersion: "objectbucket.io/v1alpha1", Kind: "ObjectBucketClaim", Namespace: ns, Name: "photos", UID: got.UID},
 		Endpoint: &obv1.Endpoint{BucketHost: "s3.test", BucketPort: 9000, BucketName: wantBucket, Region: "us-east-1",
-			AdditionalConfig: map[string]string{"maxObjects": "1000"}},
+			AdditionalConfig: map[string]string{"tls": "true"}},
 		AdditionalState: map[string]string{
 			stateUser: driver.UserName(testPrefix, claimKind, string(got.UID)), stateOwner: driver.OwnerMark(claimKind, string(got.UID)),
 			stateBucketOwned: "true", stateAdoptUnmarked: "false",
