@@ -2,15 +2,17 @@
 # Builds and installs, all at once, what `make test` needs from outside the
 # tree, so that a first run on a new machine waits for the longest of them
 # rather than for their sum:
-#   - kube-apiserver, helm, controller-gen (hack/k8s-tools.sh, one build)
-#     and etcd (hack/envtest-assets.sh);
+#   - kube-apiserver, etcd, helm and controller-gen (hack/k8s-tools.sh, one
+#     build);
 #   - golangci-lint (hack/golangci-lint.sh) and versitygw (hack/versitygw.sh);
 #   - PostgreSQL, podman, runc and promtool (Debian's prometheus package, for
 #     the chart's alert rules) from Debian packages, when missing, in one
 #     apt-get run (as root; elsewhere the scripts that need them say what to
 #     install);
-#   - the race-enabled build of the module's packages, into Go's build cache
-#     (the tests compile the rest).
+#   - into Go's build cache, the module's two builds: with the race detector
+#     (the tests'; the packages they import are the module's), and without
+#     it as the image is built (CGO_ENABLED=0, -trimpath), which is also the
+#     build of `go vet`, golangci-lint and the tests' broker binaries.
 # Everything is cached: on a machine that has run it once, it returns in
 # seconds. Each job's output goes to a log; a failed job's tail is printed.
 #
@@ -48,11 +50,12 @@ run() {
   pids[$name]=$!
 }
 t0=$(date +%s)
-run envtest hack/envtest-assets.sh
+run k8s-tools hack/k8s-tools.sh
 run golangci-lint hack/golangci-lint.sh
 run versitygw hack/versitygw.sh build
 run apt apt_packages
 run go-build-race go build -race ./...
+run go-build env CGO_ENABLED=0 go build -trimpath ./...
 
 failed=0
 for name in "${!pids[@]}"; do

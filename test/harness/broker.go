@@ -35,11 +35,22 @@ const (
 // Build builds the bucketbroker binary into dir and returns its path. Call
 // it from TestMain: a test package builds it once.
 func Build(dir string) (string, error) {
-	bin := filepath.Join(dir, "bucketbroker")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/bucketbroker/bucketbroker/cmd/bucketbroker")
+	return goBuild(dir, "bucketbroker", "github.com/bucketbroker/bucketbroker/cmd/bucketbroker")
+}
+
+// goBuild builds the command pkg into dir/name, as the image is built
+// (hack/image.sh: CGO_ENABLED=0, -trimpath): the binary under test is the
+// one that ships, and its packages are compiled once into Go's build cache
+// for the image, `go vet`, golangci-lint and every test package's binary
+// (hack/tools.sh compiles them first).
+func goBuild(dir, name, pkg string) (string, error) {
+	bin := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, pkg)
+	cmd.Dir = startDir // the module's: a test may have left the process in a removed folder
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build bucketbroker: %w", err)
+		return "", fmt.Errorf("build %s: %w", name, err)
 	}
 	return bin, nil
 }

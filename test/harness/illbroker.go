@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,14 +28,7 @@ var startDir, _ = os.Getwd()
 // BuildIllBroker builds test/illbroker's command into dir and returns its
 // path. Call it from TestMain.
 func BuildIllBroker(dir string) (string, error) {
-	bin := filepath.Join(dir, "illbroker")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/bucketbroker/bucketbroker/test/illbroker/cmd/illbroker")
-	cmd.Dir = startDir // the module's: a test may have left the process in a removed folder
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build illbroker: %w", err)
-	}
-	return bin, nil
+	return goBuild(dir, "illbroker", "github.com/bucketbroker/bucketbroker/test/illbroker/cmd/illbroker")
 }
 
 // IllBroker is one running ill-behaved broker process (test/illbroker).
