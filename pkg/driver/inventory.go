@@ -61,3 +61,21 @@ func InventoryPages(ctx context.Context, a Auditable, namePrefix string, page fu
 	}
 	return page(inv)
 }
+
+// GatherInventory is Auditable.Inventory for a driver that pages its
+// inventory: the pages that pages (the driver's InventoryPages) hands
+// out, gathered into one Inventory.
+func GatherInventory(ctx context.Context, namePrefix string,
+	pages func(ctx context.Context, namePrefix string, page func(Inventory) error) error,
+) (Inventory, error) {
+	var inv Inventory
+	err := pages(ctx, namePrefix, func(p Inventory) error {
+		inv.Buckets = append(inv.Buckets, p.Buckets...)
+		inv.Users = append(inv.Users, p.Users...)
+		return nil
+	})
+	if err != nil {
+		return Inventory{}, err
+	}
+	return inv, nil
+}

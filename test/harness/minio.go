@@ -3,48 +3,21 @@ package harness
 import (
 	"context"
 	"fmt"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/bucketbroker/bucketbroker/internal/driver/minio/adminapi"
+	"github.com/bucketbroker/bucketbroker/internal/driver/minio/miniotest"
 )
 
-// The MinIO server tests run against, named by the environment exactly as
-// `hack/minio.sh start DIR` prints it.
-const (
-	MinIOEndpointEnv  = "BUCKETBROKER_TEST_MINIO_ENDPOINT"
-	MinIOAccessKeyEnv = "BUCKETBROKER_TEST_MINIO_ACCESS_KEY"
-	MinIOSecretKeyEnv = "BUCKETBROKER_TEST_MINIO_SECRET_KEY"
-)
-
-// MinIOBackend returns the MinIO server the environment names, as its root
+// MinIOBackend returns the MinIO server the environment names
+// (miniotest.FromEnv: it skips or fails the test without one), as its root
 // user, with prefix starting the names of what the broker under test makes
-// there (the server is shared by every test that runs against it). With
-// none of the variables set the test is skipped, naming how to start one;
-// with some set it fails.
+// there (the server is shared by every test that runs against it).
 func MinIOBackend(t testing.TB, prefix string) Backend {
 	t.Helper()
-	names := []string{MinIOEndpointEnv, MinIOAccessKeyEnv, MinIOSecretKeyEnv}
-	var set, missing []string
-	for _, n := range names {
-		if os.Getenv(n) != "" {
-			set = append(set, n)
-		} else {
-			missing = append(missing, n)
-		}
-	}
-	switch {
-	case len(set) == 0:
-		t.Skipf(`no MinIO server: make test-minio runs these tests against one, or eval "$(hack/minio.sh start /tmp/DIR)" sets %s`,
-			strings.Join(names, ", "))
-	case len(missing) > 0:
-		t.Fatalf("%s set but %s unset: set all three (hack/minio.sh start prints them)",
-			strings.Join(set, ", "), strings.Join(missing, ", "))
-	}
-	return Backend{S3: os.Getenv(MinIOEndpointEnv), AccessKey: os.Getenv(MinIOAccessKeyEnv),
-		SecretKey: os.Getenv(MinIOSecretKeyEnv), Prefix: prefix, MinIO: true}
+	srv := miniotest.FromEnv(t)
+	return Backend{S3: srv.Endpoint, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Prefix: prefix, MinIO: true}
 }
 
 // MinIO returns a broker on the minio driver against backend (see

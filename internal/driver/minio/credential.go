@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/bucketbroker/bucketbroker/internal/driver/minio/adminapi"
+	"github.com/bucketbroker/bucketbroker/internal/driver/s3iam"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 )
 
@@ -100,16 +101,11 @@ func (d *Driver) keys(ctx context.Context, user string) ([]string, error) {
 
 // EnsureCredential implements driver.Driver.
 func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpec) (driver.Credential, error) {
-	if err := requireNames("user name", spec.UserName, "owner", spec.Owner, "bucket", spec.Bucket); err != nil {
+	if err := spec.Validate(); err != nil {
 		return driver.Credential{}, err
 	}
-	switch {
-	case spec.Keys > driver.KeepOnlyKey:
-		return driver.Credential{}, invalid("key mode %d", spec.Keys)
-	case spec.Keys == driver.KeepOnlyKey && spec.KeyID == "":
-		return driver.Credential{}, invalid("key mode KeepOnlyKey without a key id")
-	case strings.ContainsAny(spec.UserName, "=,"):
-		return driver.Credential{}, invalid("user name %q holds '=' or ','", spec.UserName)
+	if strings.ContainsAny(spec.UserName, "=,") {
+		return driver.Credential{}, driver.Invalidf("user name %q holds '=' or ','", spec.UserName)
 	}
 	policy, err := policyDocument(spec.Bucket, spec.Access, spec.Owner)
 	if err != nil {
@@ -274,7 +270,7 @@ func (d *Driver) deleteKey(ctx context.Context, user, key string) error {
 // unmarked; a retry that finds the user gone removes the policy if it
 // still carries owner.
 func (d *Driver) RevokeCredential(ctx context.Context, userName, owner string) error {
-	if err := requireNames("user name", userName, "owner", owner); err != nil {
+	if err := driver.RequireNames("user name", userName, "owner", owner); err != nil {
 		return err
 	}
 	exists, err := d.ownUser(ctx, userName, owner)
@@ -323,19 +319,9 @@ type policyDoc struct {
 // S3-only policy does not stop. The Deny's Sid holds the owner mark: only
 // the admin can change a policy, so it is as safe a place as a tag.
 func policyDocument(bucket string, access driver.Access, owner string) ([]byte, error) {
-	var bucketActions, objectActions []string
-	switch access {
-	case driver.AccessReadWrite:
-		bucketActions = []string{"s3:ListBucket", "s3:GetBucketLocation", "s3:ListBucketMultipartUploads"}
-		objectActions = []string{"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"}
-	case driver.AccessReadOnly:
-		bucketActions = []string{"s3:ListBucket", "s3:GetBucketLocation"}
-		objectActions = []string{"s3:GetObject"}
-	case driver.AccessWriteOnly:
-		bucketActions = []string{"s3:GetBucketLocation", "s3:ListBucketMultipartUploads"}
-		objectActions = []string{"s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"}
-	default:
-		return nil, invalid("access mode %q", access)
+	bucketActions, objectActions, err := s3iam.AccessActions(access)
+	if err != nil {
+		return nil, err
 	}
 	arn := "arn:aws:s3:::" + bucket
 	doc := policyDoc{

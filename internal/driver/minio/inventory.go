@@ -14,16 +14,7 @@ var _ driver.PagedAuditable = (*Driver)(nil)
 
 // Inventory implements driver.Auditable: InventoryPages' pages gathered.
 func (d *Driver) Inventory(ctx context.Context, namePrefix string) (driver.Inventory, error) {
-	var inv driver.Inventory
-	err := d.InventoryPages(ctx, namePrefix, func(p driver.Inventory) error {
-		inv.Buckets = append(inv.Buckets, p.Buckets...)
-		inv.Users = append(inv.Users, p.Users...)
-		return nil
-	})
-	if err != nil {
-		return driver.Inventory{}, err
-	}
-	return inv, nil
+	return driver.GatherInventory(ctx, namePrefix, d.InventoryPages)
 }
 
 // InventoryPages implements driver.PagedAuditable. Buckets are listed as
@@ -68,7 +59,7 @@ func (d *Driver) InventoryPages(ctx context.Context, namePrefix string, page fun
 // account keyID if it is one of the user's (the admin API would delete any
 // user's).
 func (d *Driver) DeleteAccessKey(ctx context.Context, userName, owner, keyID string) error {
-	if err := requireNames("user name", userName, "owner", owner, "key id", keyID); err != nil {
+	if err := driver.RequireNames("user name", userName, "owner", owner, "key id", keyID); err != nil {
 		return err
 	}
 	if exists, err := d.ownUser(ctx, userName, owner); !exists {

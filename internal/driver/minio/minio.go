@@ -218,16 +218,3 @@ func newProbeName() string {
 	_, _ = rand.Read(b)
 	return "bucketbroker-probe-" + hex.EncodeToString(b)
 }
-
-func invalid(format string, args ...any) error {
-	return fmt.Errorf(format+": %w", append(args, driver.ErrInvalid)...)
-}
-
-func requireNames(names ...string) error {
-	for i := 0; i < len(names); i += 2 {
-		if names[i+1] == "" {
-			return invalid("%s is empty", names[i])
-		}
-	}
-	return nil
-}

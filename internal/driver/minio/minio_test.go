@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -18,45 +17,18 @@ import (
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/bucketbroker/bucketbroker/internal/driver/minio/adminapi"
+	"github.com/bucketbroker/bucketbroker/internal/driver/minio/miniotest"
 	"github.com/bucketbroker/bucketbroker/pkg/driver"
 	"github.com/bucketbroker/bucketbroker/pkg/driver/drivertest"
 )
 
-// The MinIO server the tests run against, named by the environment exactly
-// as `hack/minio.sh start DIR` prints it.
-const (
-	envEndpoint  = "BUCKETBROKER_TEST_MINIO_ENDPOINT"
-	envAccessKey = "BUCKETBROKER_TEST_MINIO_ACCESS_KEY"
-	envSecretKey = "BUCKETBROKER_TEST_MINIO_SECRET_KEY"
-)
-
 // liveConfig is the driver configuration for the MinIO server the
-// environment names, as its root user. With none of the variables set it
-// skips the test; with some set it fails.
+// environment names, as its root user (miniotest.FromEnv: it skips or
+// fails the test without one).
 func liveConfig(t *testing.T) Config {
 	t.Helper()
-	names := []string{envEndpoint, envAccessKey, envSecretKey}
-	var set, missing []string
-	for _, n := range names {
-		if os.Getenv(n) != "" {
-			set = append(set, n)
-		} else {
-			missing = append(missing, n)
-		}
-	}
-	switch {
-	case len(set) == 0:
-		t.Skipf(`no MinIO server: run eval "$(hack/minio.sh start /tmp/DIR)" to set %s (make test-minio does it all)`,
-			strings.Join(names, ", "))
-	case len(missing) > 0:
-		t.Fatalf("%s set but %s unset: set all three (hack/minio.sh start prints them)",
-			strings.Join(set, ", "), strings.Join(missing, ", "))
-	}
-	return Config{
-		Endpoint:        os.Getenv(envEndpoint),
-		AccessKeyID:     os.Getenv(envAccessKey),
-		SecretAccessKey: os.Getenv(envSecretKey),
-	}
+	srv := miniotest.FromEnv(t)
+	return Config{Endpoint: srv.Endpoint, AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey}
 }
 
 func newDriver(t *testing.T, cfg Config) *Driver {

@@ -96,7 +96,7 @@ func (b bucketState) ownedByOther(name string) error {
 // EnsureBucket implements driver.Driver. The S3 API has no bucket quota,
 // so a spec with one is refused before anything is made.
 func (d *Driver) EnsureBucket(ctx context.Context, spec driver.BucketSpec) error {
-	if err := requireNames("bucket name", spec.Name, "owner", spec.Owner); err != nil {
+	if err := driver.RequireNames("bucket name", spec.Name, "owner", spec.Owner); err != nil {
 		return err
 	}
 	if err := driver.CheckQuota(d, spec.Quota); err != nil {
@@ -116,7 +116,7 @@ func (d *Driver) ensureMarkedBucket(ctx context.Context, spec driver.BucketSpec)
 	want := map[string]string{OwnerTagKey: spec.Owner}
 	for k, v := range spec.Tags {
 		if strings.HasPrefix(k, reservedTagPrefix) {
-			return false, invalid("bucket %q: tag %q is in the reserved %s namespace", spec.Name, k, reservedTagPrefix)
+			return false, driver.Invalidf("bucket %q: tag %q is in the reserved %s namespace", spec.Name, k, reservedTagPrefix)
 		}
 		want[k] = v
 	}
@@ -373,7 +373,7 @@ func tagSet(tags map[string]string) []types.Tag {
 
 // DeleteBucket implements driver.Driver.
 func (d *Driver) DeleteBucket(ctx context.Context, name, owner string, purge bool) error {
-	if err := requireNames("bucket name", name, "owner", owner); err != nil {
+	if err := driver.RequireNames("bucket name", name, "owner", owner); err != nil {
 		return err
 	}
 	b, err := d.observeBucket(ctx, name)

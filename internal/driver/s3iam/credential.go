@@ -85,14 +85,8 @@ func ownerTag(tags []types.Tag) string {
 
 // EnsureCredential implements driver.Driver.
 func (d *Driver) EnsureCredential(ctx context.Context, spec driver.CredentialSpec) (driver.Credential, error) {
-	if err := requireNames("user name", spec.UserName, "owner", spec.Owner, "bucket", spec.Bucket); err != nil {
+	if err := spec.Validate(); err != nil {
 		return driver.Credential{}, err
-	}
-	switch {
-	case spec.Keys > driver.KeepOnlyKey:
-		return driver.Credential{}, invalid("key mode %d", spec.Keys)
-	case spec.Keys == driver.KeepOnlyKey && spec.KeyID == "":
-		return driver.Credential{}, invalid("key mode KeepOnlyKey without a key id")
 	}
 	policy, err := policyDocument(d.partition, spec.Bucket, spec.Access)
 	if err != nil {
@@ -467,7 +461,7 @@ func (d *Driver) deleteKey(ctx context.Context, user, id string) error {
 // never made at once, so a server that changes a user's record with an
 // unlocked read-modify-write cannot lose a deletion.
 func (d *Driver) RevokeCredential(ctx context.Context, userName, owner string) error {
-	if err := requireNames("user name", userName, "owner", owner); err != nil {
+	if err := driver.RequireNames("user name", userName, "owner", owner); err != nil {
 		return err
 	}
 	if exists, err := d.ownUser(ctx, userName, owner); !exists {
@@ -553,11 +547,11 @@ func (d *Driver) deleteUser(ctx context.Context, user string) error {
 	return nil
 }
 
-// policyDocument is the inline policy that allows access to one bucket and
-// nothing else. Bucket-level actions name the bucket ARN, object-level
-// actions its objects.
-func policyDocument(partition, bucket string, access driver.Access) (string, error) {
-	var bucketActions, objectActions []string
+// AccessActions returns the S3 actions a credential with access is
+// allowed: those on its bucket (the bucket's ARN) and those on its objects
+// (the ARN + "/*"). An unknown access is ErrInvalid. The minio driver's
+// policies grant the same.
+func AccessActions(access driver.Access) (bucketActions, objectActions []string, err error) {
 	switch access {
 	case driver.AccessReadWrite:
 		bucketActions = []string{"s3:ListBucket", "s3:GetBucketLocation", "s3:ListBucketMultipartUploads"}
@@ -569,7 +563,18 @@ func policyDocument(partition, bucket string, access driver.Access) (string, err
 		bucketActions = []string{"s3:GetBucketLocation", "s3:ListBucketMultipartUploads"}
 		objectActions = []string{"s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"}
 	default:
-		return "", invalid("access mode %q", access)
+		return nil, nil, driver.Invalidf("access mode %q", access)
+	}
+	return bucketActions, objectActions, nil
+}
+
+// policyDocument is the inline policy that allows access to one bucket and
+// nothing else. Bucket-level actions name the bucket ARN, object-level
+// actions its objects.
+func policyDocument(partition, bucket string, access driver.Access) (string, error) {
+	bucketActions, objectActions, err := AccessActions(access)
+	if err != nil {
+		return "", err
 	}
 	type statement struct {
 		Sid      string

@@ -36,16 +36,7 @@ var _ driver.PagedAuditable = (*Driver)(nil)
 
 // Inventory implements driver.Auditable: InventoryPages' pages gathered.
 func (d *Driver) Inventory(ctx context.Context, namePrefix string) (driver.Inventory, error) {
-	var inv driver.Inventory
-	err := d.InventoryPages(ctx, namePrefix, func(p driver.Inventory) error {
-		inv.Buckets = append(inv.Buckets, p.Buckets...)
-		inv.Users = append(inv.Users, p.Users...)
-		return nil
-	})
-	if err != nil {
-		return driver.Inventory{}, err
-	}
-	return inv, nil
+	return driver.GatherInventory(ctx, namePrefix, d.InventoryPages)
 }
 
 // InventoryPages implements driver.PagedAuditable. Buckets are listed
@@ -239,7 +230,7 @@ func (d *Driver) BucketInventoryPages(ctx context.Context, namePrefix string, pa
 
 // DeleteAccessKey implements driver.Auditable.
 func (d *Driver) DeleteAccessKey(ctx context.Context, userName, owner, keyID string) error {
-	if err := requireNames("user name", userName, "owner", owner, "key id", keyID); err != nil {
+	if err := driver.RequireNames("user name", userName, "owner", owner, "key id", keyID); err != nil {
 		return err
 	}
 	if exists, err := d.ownUser(ctx, userName, owner); !exists {

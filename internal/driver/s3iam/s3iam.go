@@ -240,16 +240,3 @@ func partition(endpoint, region string) string {
 	}
 	return "aws"
 }
-
-func invalid(format string, args ...any) error {
-	return fmt.Errorf(format+": %w", append(args, driver.ErrInvalid)...)
-}
-
-func requireNames(names ...string) error {
-	for i := 0; i < len(names); i += 2 {
-		if names[i+1] == "" {
-			return invalid("%s is empty", names[i])
-		}
-	}
-	return nil
-}

@@ -1,19 +1,35 @@
 package storetest
 
 import (
+	"context"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/bucketbroker/bucketbroker/internal/engine"
+	"github.com/bucketbroker/bucketbroker/internal/store"
 )
 
-// RunReadOnly checks ro, a store opened read-only (store.OpenOptions
-// ReadOnly) on the database w writes, as the admin listings open it
+// A ClosingStore is a store as its package opens it: an engine.Store the
+// opener closes.
+type ClosingStore interface {
+	engine.Store
+	Close() error
+}
+
+// RunReadOnly checks a store opened read-only (store.OpenOptions
+// ReadOnly) by openWith, the store's OpenWith, at where (the file's path
+// or the database's DSN) that w writes, as the admin listings open it
 // beside a running broker: it reads what w wrote, in pages, and every
 // write through it fails and changes nothing.
-func RunReadOnly(t *testing.T, w, ro engine.Store) {
+func RunReadOnly[S ClosingStore](t *testing.T, w engine.Store,
+	openWith func(context.Context, string, store.OpenOptions) (S, error), where string) {
+	ro, err := openReadOnly(t, openWith, where)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, id := range []string{"a", "b", "c"} {
 		mustInsert(t, w, record(engine.KindInstance, id, "", engine.OpSucceeded))
 	}
@@ -39,4 +55,44 @@ func RunReadOnly(t *testing.T, w, ro engine.Store) {
 	// The writer goes on writing while the read-only store is open.
 	mustInsert(t, w, record(engine.KindInstance, "e", "", engine.OpSucceeded))
 	mustGet(t, ro, engine.KindInstance, "e")
+}
+
+// A Refusal is a place where a read-only open must fail.
+type Refusal struct {
+	Reason string // why it must fail
+	Where  string // the file's path or the database's DSN
+	Want   string // a part of the error
+}
+
+// RunReadOnlyRefuses checks that a read-only open by openWith, the store's
+// OpenWith, fails at each of refusals' places with an error containing its
+// Want. Whether a refused open left the place as it was (no file, no
+// table, no migration) only the store's own test can see: it checks that
+// after.
+func RunReadOnlyRefuses[S ClosingStore](t *testing.T,
+	openWith func(context.Context, string, store.OpenOptions) (S, error), refusals map[string]Refusal) {
+	for name, tc := range refusals {
+		t.Run(name, func(t *testing.T) {
+			_, err := openReadOnly(t, openWith, tc.Where)
+			if err == nil || !strings.Contains(err.Error(), tc.Want) {
+				t.Errorf("%s\nerr = %v, want one containing %q", tc.Reason, err, tc.Want)
+			}
+		})
+	}
+}
+
+// openReadOnly opens the store at where read-only and closes it when t
+// ends.
+func openReadOnly[S ClosingStore](t *testing.T,
+	openWith func(context.Context, string, store.OpenOptions) (S, error), where string) (S, error) {
+	t.Helper()
+	s, err := openWith(t.Context(), where, store.OpenOptions{ReadOnly: true})
+	if err == nil {
+		t.Cleanup(func() {
+			if err := s.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+	}
+	return s, err
 }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -23,43 +22,17 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-)
 
-// The MinIO server the tests run against, named by the environment exactly
-// as `hack/minio.sh start DIR` prints it.
-const (
-	envEndpoint  = "BUCKETBROKER_TEST_MINIO_ENDPOINT"
-	envAccessKey = "BUCKETBROKER_TEST_MINIO_ACCESS_KEY"
-	envSecretKey = "BUCKETBROKER_TEST_MINIO_SECRET_KEY"
+	"github.com/bucketbroker/bucketbroker/internal/driver/minio/miniotest"
 )
 
 // liveConfig is the configuration of the MinIO server the environment
-// names, as its root user. With none of the variables set it skips the
-// test; with some set it fails.
+// names, as its root user (miniotest.FromEnv: it skips or fails the test
+// without one).
 func liveConfig(t *testing.T) Config {
 	t.Helper()
-	names := []string{envEndpoint, envAccessKey, envSecretKey}
-	var set, missing []string
-	for _, n := range names {
-		if os.Getenv(n) != "" {
-			set = append(set, n)
-		} else {
-			missing = append(missing, n)
-		}
-	}
-	switch {
-	case len(set) == 0:
-		t.Skipf(`no MinIO server: run eval "$(hack/minio.sh start /tmp/DIR)" to set %s (make test-minio does it all)`,
-			strings.Join(names, ", "))
-	case len(missing) > 0:
-		t.Fatalf("%s set but %s unset: set all three (hack/minio.sh start prints them)",
-			strings.Join(set, ", "), strings.Join(missing, ", "))
-	}
-	return Config{
-		Endpoint:  os.Getenv(envEndpoint),
-		AccessKey: os.Getenv(envAccessKey),
-		SecretKey: os.Getenv(envSecretKey),
-	}
+	srv := miniotest.FromEnv(t)
+	return Config{Endpoint: srv.Endpoint, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
 }
 
 func newClient(t *testing.T, cfg Config) *Client {
