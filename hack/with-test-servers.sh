@@ -36,7 +36,7 @@ cd "$(dirname "$0")/.."
 work=$(mktemp -d "${TMPDIR:-/tmp}/bucketbroker-test-servers.XXXXXX")
 chmod 755 "$work" # PostgreSQL runs as its own user and must reach its folder
 cleanup() {
-  hack/seaweedfs.sh stop "$work/swfs" >&2 || true
+  hack/seaweedfs.sh stop "$work/seaweedfs" >&2 || true
   hack/minio.sh stop "$work/minio" >&2 || true
   hack/versitygw.sh stop "$work/vgw" >&2 || true
   hack/postgres.sh stop "$work/pg" >&2 || true
@@ -51,35 +51,32 @@ vgw_env=$(hack/versitygw.sh start "$work/vgw")
 pg_env=$(hack/postgres.sh start "$work/pg")
 eval "$vgw_env"
 eval "$pg_env"
-# The SeaweedFS test reads BUCKETBROKER_TEST_SEAWEEDFS_SKIP: in CI an
-# optional server left out is a skip, with this reason, not a failure.
-swfs_skip=""
-case "${BUCKETBROKER_SEAWEEDFS:-}" in
-  1) ;;
-  0) swfs_skip="BUCKETBROKER_SEAWEEDFS=0 left SeaweedFS out" ;;
-  *) hack/seaweedfs.sh cached >/dev/null 2>&1 ||
-       swfs_skip="no cached SeaweedFS build (hack/seaweedfs.sh build, or BUCKETBROKER_SEAWEEDFS=1, builds it: about 8 minutes)" ;;
-esac
-if [ -z "$swfs_skip" ]; then
-  swfs_env=$(hack/seaweedfs.sh start "$work/swfs")
-  eval "$swfs_env"
-else
-  echo "SeaweedFS left out: $swfs_skip" >&2
-  export BUCKETBROKER_TEST_SEAWEEDFS_SKIP="$swfs_skip"
-fi
-minio_skip=""
-case "${BUCKETBROKER_MINIO:-}" in
-  1) ;;
-  0) minio_skip="BUCKETBROKER_MINIO=0 left it out" ;;
-  *) hack/minio.sh cached >/dev/null 2>&1 ||
-       minio_skip="no cached build (hack/minio.sh build, or BUCKETBROKER_MINIO=1, builds it: about 25 minutes)" ;;
-esac
-if [ -z "$minio_skip" ]; then
-  minio_env=$(hack/minio.sh start "$work/minio")
-  eval "$minio_env"
-else
-  echo "MinIO left out: $minio_skip; its tests skip" >&2
-fi
+# optional NAME SCRIPT VAR HOW_LONG starts the optional server NAME with
+# hack/SCRIPT.sh in $work/SCRIPT and takes its environment, when its build is
+# cached or $VAR is 1 (which builds it: about HOW_LONG). When $VAR is 0, or
+# nothing is cached, it leaves the server out, says why, and sets skip to the
+# reason; its tests skip.
+optional() {
+  local name=$1 script=$2 var=$3 how_long=$4 env
+  skip=""
+  case "${!var:-}" in
+    1) ;;
+    0) skip="$var=0 left $name out" ;;
+    *) "hack/$script.sh" cached >/dev/null 2>&1 ||
+         skip="no cached $name build (hack/$script.sh build, or $var=1, builds it: about $how_long)" ;;
+  esac
+  if [ -n "$skip" ]; then
+    echo "$name left out: $skip; its tests skip" >&2
+    return 0
+  fi
+  env=$("hack/$script.sh" start "$work/$script")
+  eval "$env"
+}
+optional SeaweedFS seaweedfs BUCKETBROKER_SEAWEEDFS "8 minutes"
+# The SeaweedFS test reads the reason: in CI an optional server left out is a
+# skip, not a failure.
+[ -z "$skip" ] || export BUCKETBROKER_TEST_SEAWEEDFS_SKIP="$skip"
+optional MinIO minio BUCKETBROKER_MINIO "25 minutes"
 KUBEBUILDER_ASSETS=$(hack/envtest-assets.sh | tail -n 1)
 export KUBEBUILDER_ASSETS
 # helm, for the chart tests (test/deploy): built from the module proxy once
