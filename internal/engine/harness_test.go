@@ -282,6 +282,8 @@ type harnessOpts struct {
 	// catalog replaces the built-in catalog (a restart with a changed
 	// catalog, as a peer).
 	catalog *catalog.Catalog
+	// wrap, when set, puts a store of the test's around the real one.
+	wrap func(testStore) testStore
 }
 
 func newHarness(t testing.TB, opts ...harnessOpts) *harness {
@@ -313,6 +315,9 @@ func newHarness(t testing.TB, opts ...harnessOpts) *harness {
 	}
 	if o.writes != nil || o.reads != nil {
 		store = countedStore{testStore: store, writes: o.writes, reads: o.reads}
+	}
+	if o.wrap != nil {
+		store = o.wrap(store)
 	}
 	s3drv, err := s3iam.New(s3iam.Config{S3Endpoint: gw.S3Endpoint(), IAMEndpoint: gw.IAMEndpoint(), Region: gw.Region(),
 		PathStyle: true, AccessKeyID: rootAK, SecretAccessKey: rootSK, HTTPClient: backendClient(o)})

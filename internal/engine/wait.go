@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -22,6 +23,25 @@ func (e *Engine) notify(rec *Record) {
 	if w.last == nil || rec.Version > w.last.Version {
 		w.last = rec.Clone()
 	}
+	w.full = nil
+	close(w.ch)
+	w.ch = make(chan struct{})
+}
+
+// notifyFull wakes the waits on a record whose worker could not write it
+// for want of space (err is an ErrFull), so that a request waiting for the
+// operation answers now that the store cannot write, rather than when its
+// wait runs out. The worker goes on retrying; the record's next write
+// here clears it.
+func (e *Engine) notifyFull(kind Kind, id string, err error) {
+	k := key(kind, id)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	w, ok := e.changed[k]
+	if !ok {
+		return
+	}
+	w.full = err
 	close(w.ch)
 	w.ch = make(chan struct{})
 }
@@ -35,6 +55,9 @@ type waiters struct {
 	// last is never changed once set, only replaced: waits read it as
 	// it is.
 	last *Record
+	// full is the error of the worker's last write of the record, when it
+	// failed for want of space and none has succeeded since.
+	full error
 	n    int
 }
 
@@ -81,7 +104,8 @@ func (wt *watch) release() {
 // newest write of this process left it, a write committed since the
 // channel was taken (or just before, its notify after), so a version the
 // store held at a moment of this wait; after poll, nil: only the store can
-// tell what other processes wrote.
+// tell what other processes wrote. After a write that failed for want of
+// space (notifyFull), it returns that error.
 func (wt *watch) next(ctx context.Context, poll time.Duration) (*Record, error) {
 	t := time.NewTimer(poll)
 	defer t.Stop()
@@ -96,6 +120,9 @@ func (wt *watch) next(ctx context.Context, poll time.Duration) (*Record, error) 
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	wt.ch = wt.w.ch // taken with last: a write after it closes this one
+	if wt.w.full != nil {
+		return nil, wt.w.full
+	}
 	return wt.w.last, nil
 }
 
@@ -134,6 +161,9 @@ func (e *Engine) wait(ctx context.Context, wt *watch, kind Kind, id, opID string
 		var rec *Record
 		if !read {
 			handed, err := wt.next(ctx, poll)
+			if errors.Is(err, ErrFull) {
+				return nil, e.storeErr(ctx, err)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("%w: operation %s is still in progress after %s", ErrFailed, opID, e.syncTTL)
 			}

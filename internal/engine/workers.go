@@ -176,6 +176,7 @@ func (e *Engine) driveUnderLease(ctx context.Context, kind Kind, id string, firs
 		if held, err := e.claim(ctx, rec); err != nil || !held {
 			if err != nil && !errors.Is(err, ErrStale) && !e.halted(ctx) {
 				e.log.Error("Cannot take the operation's lease; will retry", "kind", kind, "id", id, "error", err)
+				e.tellFull(kind, id, err)
 				e.sleep(ctx, time.Second)
 			}
 			if held || err != nil {
@@ -211,6 +212,7 @@ func (e *Engine) driveUnderLease(ctx context.Context, kind Kind, id string, firs
 			return
 		default:
 			e.log.Error("Operation step failed; will retry", "kind", kind, "id", id, "operation", rec.Op.ID, "error", err)
+			e.tellFull(kind, id, err)
 			e.sleep(ctx, time.Second)
 		}
 	}
@@ -281,5 +283,15 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration) {
 		if sl != nil {
 			sl.held = sl.s.acquire(ctx, halt, e.base.Done(), false)
 		}
+	}
+}
+
+// tellFull hands a worker's failed write to the requests waiting on its
+// record when it failed for want of space: they answer that the store
+// cannot write (503), as the request's own write would have, and the
+// platform retries while the worker does.
+func (e *Engine) tellFull(kind Kind, id string, err error) {
+	if errors.Is(err, ErrFull) {
+		e.notifyFull(kind, id, err)
 	}
 }
