@@ -36,3 +36,19 @@ func SaveHandedOver(ctx context.Context, e *Engine, rec *Record) (*Record, error
 	}
 	return wt.next(ctx, time.Hour)
 }
+
+// WaitIdle waits until no worker of e runs (each ends a little after the
+// write that answered its request), or d passes: it reports which.
+func WaitIdle(e *Engine, d time.Duration) bool {
+	for deadline := time.Now().Add(d); ; time.Sleep(time.Millisecond) {
+		e.mu.Lock()
+		n := len(e.workers)
+		e.mu.Unlock()
+		if n == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
