@@ -4,6 +4,7 @@
 #   eval "$(hack/postgres.sh start DIR)"   # prints: export BUCKETBROKER_TEST_POSTGRES_DSN='...'
 #   go test ./internal/store/postgres
 #   hack/postgres.sh stop DIR
+#   hack/postgres.sh sql DIR 'STATEMENT'   # runs it as the superuser
 #
 # start installs PostgreSQL from Debian packages when it is missing, creates
 # a cluster in DIR/data (once), listening only on 127.0.0.1 on a free port,
@@ -30,7 +31,7 @@ die() {
 }
 
 usage() {
-	echo "usage: $0 start DIR | stop DIR" >&2
+	echo "usage: $0 start DIR | stop DIR | sql DIR STATEMENT" >&2
 	exit 2
 }
 
@@ -237,8 +238,24 @@ stop() {
 		die "PostgreSQL in $dir did not stop within ${WAIT}s; see $dir/postgres.log (pid in $data/postmaster.pid)"
 }
 
-[[ $# -eq 2 ]] || usage
-cmd=$1
+# sql runs one statement as the cluster's superuser, over the unix socket,
+# in the postgres database, on the running server; its output goes to
+# stdout. Tests use it for what the bucketbroker role may not do (such as
+# moving its database to another tablespace).
+sql() {
+	bin=$(bindir) || die "no psql found"
+	owner=$(stat -c %U "$data") || die "no PostgreSQL cluster in $dir"
+	local port
+	port=$(running) || die "PostgreSQL in $dir is not running"
+	as "$bin/psql" -X -q -tA -v ON_ERROR_STOP=1 -h "$dir/socket" -p "$port" -U postgres -d postgres -c "$1" >&3
+}
+
+cmd=${1:-}
+case $cmd in
+start | stop) [[ $# -eq 2 ]] || usage ;;
+sql) [[ $# -eq 3 ]] || usage ;;
+*) usage ;;
+esac
 dir=$(realpath -m -- "$2")
 data=$dir/data
 bin=
@@ -246,5 +263,5 @@ owner=
 case $cmd in
 start) start ;;
 stop) stop ;;
-*) usage ;;
+sql) sql "$3" ;;
 esac

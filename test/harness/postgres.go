@@ -167,6 +167,50 @@ func (p *Postgres) Thaw() {
 	p.frozen = nil
 }
 
+// SQL runs one statement on the server as its superuser (hack/postgres.sh
+// sql) and returns what it prints.
+func (p *Postgres) SQL(stmt string) string {
+	p.t.Helper()
+	cmd := exec.Command(p.script, "sql", p.dir, stmt)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		p.t.Fatalf("hack/postgres.sh sql %q: %v\n%s", stmt, err, stderr.String())
+	}
+	return string(out)
+}
+
+// MoveTo moves the bucketbroker database, its tables and their indexes, to
+// a tablespace in dir (a folder of its own, such as a SmallDisk), while
+// the server's write-ahead log stays where it is: as a data volume apart
+// from the log's. No session may be open on the database.
+func (p *Postgres) MoveTo(dir string) {
+	p.t.Helper()
+	// The server's user must own the tablespace's folder and reach it.
+	fi, err := os.Stat(filepath.Join(p.dir, "data"))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	loc := filepath.Join(dir, "tablespace")
+	// dir may be in a t.TempDir, whose folders only their owner may
+	// enter: open dir and the one above it to the server's user.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(loc, 0o700); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := os.Chown(loc, int(st.Uid), int(st.Gid)); err != nil {
+		p.t.Fatal(err)
+	}
+	p.SQL("CREATE TABLESPACE moved LOCATION '" + loc + "'")
+	p.SQL("ALTER DATABASE bucketbroker SET TABLESPACE moved")
+}
+
 func (p *Postgres) run(verb string, env ...string) string {
 	p.t.Helper()
 	cmd := exec.Command(p.script, verb, p.dir)

@@ -26,10 +26,12 @@ func (s *Store) writeFailed(err error) error {
 }
 
 // Writable returns nil unless the last write failed for want of space and
-// no write has succeeded since (see store.Writes). Then it probes: it
-// rewrites the first row of schema_migrations with the values it holds,
-// which PostgreSQL writes as a new row version (and WAL) like any update,
-// and which changes nothing anyone reads.
+// no write has succeeded since (see store.Writes). Then it probes with a
+// write that needs new space where the records live: a row in a temporary
+// table of its own, made in the database's tablespace and dropped at the
+// end of the probe's transaction, whose first page PostgreSQL allocates in
+// a new file. A row rewritten in place proves nothing: it may fit in its
+// page's free space on a disk that has none.
 func (s *Store) Writable(ctx context.Context) error {
 	if err := s.writes.Check(ctx, s.probe); err != nil {
 		return fmt.Errorf("write to the store: %w", err)
@@ -40,7 +42,10 @@ func (s *Store) Writable(ctx context.Context) error {
 func (s *Store) probe(ctx context.Context) error {
 	call, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	_, err := s.pool.Exec(call, `UPDATE schema_migrations SET applied_at = applied_at WHERE version = 1`)
+	// Without arguments, pgx sends this as one simple query: both
+	// statements run in one implicit transaction.
+	_, err := s.pool.Exec(call, `CREATE TEMPORARY TABLE bucketbroker_probe (b bytea) ON COMMIT DROP;
+INSERT INTO bucketbroker_probe VALUES ('\x00')`)
 	if err != nil {
 		return s.writeFailed(callErr(ctx, err))
 	}
