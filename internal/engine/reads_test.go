@@ -19,14 +19,13 @@ import (
 // the bind's two looks at the instance (before and after the binding is
 // recorded, bindings.go). Neither worker reads the record its own write
 // finished (drive), and neither waiting request reads the record its
-// worker's write handed it (wait). It was 10 before.
+// worker's write handed it (wait).
 const maxProvisionBindReads = 6
 
 // maxUnbindDeprovisionReads is the same for the unbind and the deprovision
 // that follow: each request's look at its record. Their workers start with
 // the record the request wrote and do not read it back after their own
-// final write. It was 8 before: each worker also read the record at its
-// start and again in a second pass, and each waiting request read it.
+// final write, and no waiting request reads it.
 const maxUnbindDeprovisionReads = 2
 
 // TestProvisionBindReads counts the record reads of provisions plus

@@ -22,8 +22,8 @@ import (
 // lease TTLs on one of three replicas sharing a PostgreSQL store. The
 // holder renews its lease while its call hangs, so neither other replica
 // takes the bind over: the one key the bind makes is the one it answers.
-// (Before, the lease was renewed only between steps, and both replicas
-// drove the bind.)
+// (A lease renewed only between steps would let both replicas drive the
+// bind.)
 func TestStalledCallKeepsLease(t *testing.T) {
 	const ttl = 2 * time.Second
 	a := newHarness(t, harnessOpts{postgres: true, replica: "a", leaseTTL: ttl})
@@ -128,8 +128,8 @@ func TestLostLeaseStopsWorker(t *testing.T) {
 // a's call is carried out after all, and a goes on. The rule (create a key
 // beside the others, record it, only then delete the others; a holder
 // whose record write loses deletes only the key it made) leaves exactly
-// the key b recorded and answered. (Before, a's late call deleted every
-// key but the one it knew, none, and made one nobody was given.)
+// the key b recorded and answered. (A late call that deleted every key but
+// the one it knew, none, would make one nobody was given.)
 func TestOverlappingHoldersConverge(t *testing.T) {
 	o := newOverlap(t, time.Second, nil)
 	a, b, bind := o.a, o.b, o.bind
@@ -166,8 +166,8 @@ func TestOverlappingBindAndUnbind(t *testing.T) {
 
 // TestResumeIsBounded restarts an engine with 1,000 provisions in flight:
 // the restarted engine drives no more of them at once than its workers,
-// and every one of them succeeds. (Before, each got a goroutine of its own
-// at start-up and all of them called the backend together.)
+// and every one of them succeeds. (A goroutine each at start-up would have
+// them all call the backend together.)
 func TestResumeIsBounded(t *testing.T) {
 	const n, workers = 1000, 8
 	a := newHarness(t, harnessOpts{postgres: true, replica: "r", workers: workers})
@@ -289,8 +289,8 @@ func TestRetriesDoNotStarveRequests(t *testing.T) {
 // first key call; b takes over, records its key and answers it; then a
 // late create leaves a second key, so the user is at IAM's limit of two.
 // a wakes and makes its call: the driver deletes neither key (it cannot
-// know which is recorded), a's record write fails, and a stops. (Before,
-// the call deleted the oldest key to make room: the one b had answered.)
+// know which is recorded), a's record write fails, and a stops. (Deleting
+// the oldest key to make room would delete the one b had answered.)
 func TestStaleHolderAtKeyLimitKeepsRecordedKey(t *testing.T) {
 	o := newOverlap(t, time.Second, nil)
 	a := o.a
@@ -369,8 +369,8 @@ func TestBindAfterTwoLostKeysConverges(t *testing.T) {
 // the user and a key again) and a's write fails. Just as a, finding the
 // record deleted, goes to delete what it made, the same binding id is bound
 // again on b. a deletes only its key, and the user only if no key is left:
-// the new bind's user and answered key stay. (Before, a revoked the whole
-// user, the new bind's key with it.)
+// the new bind's user and answered key stay. (Revoking the whole user
+// would take the new bind's key with it.)
 func TestLateKeyAfterRebindLeavesNewBinding(t *testing.T) {
 	o := newOverlap(t, 4*time.Second, nil)
 	a, b, bind := o.a, o.b, o.bind
@@ -407,8 +407,8 @@ func TestLateKeyAfterRebindLeavesNewBinding(t *testing.T) {
 // deletes the other keys. b takes over, finds the recorded key gone, makes
 // a key beside the others, records it and answers it. a's call is carried
 // out late: it deletes nothing (the key it keeps is gone), a's write of a
-// new key fails, and a deletes only the key it made. (Before, a's call made
-// a key and deleted every other, the one b had answered with them.) The
+// new key fails, and a deletes only the key it made. (A call that made a
+// key and deleted every other would delete the one b had answered.) The
 // user exists, marked, before a's first key call (as for a bind resumed
 // after a crash): a key call that creates the user makes no second call.
 func TestGoneKeyHoldersKeepEachOthers(t *testing.T) {
