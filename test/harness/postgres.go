@@ -68,9 +68,9 @@ func PostgresSchema(t testing.TB) string {
 // skipped or fails as PostgresSchema is when the test servers are not
 // running.
 type Postgres struct {
-	t      testing.TB
-	script string
-	dir    string
+	t    testing.TB
+	path string // of hack/postgres.sh
+	dir  string
 	// DSN reaches the server's bucketbroker database; Start keeps it.
 	DSN string
 
@@ -98,7 +98,7 @@ func NewPostgres(t testing.TB) *Postgres {
 	if err := os.Chmod(base, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p := &Postgres{t: t, script: filepath.Join(root, "hack", "postgres.sh"), dir: filepath.Join(base, "pg")}
+	p := &Postgres{t: t, path: filepath.Join(root, "hack", "postgres.sh"), dir: filepath.Join(base, "pg")}
 	t.Cleanup(func() {
 		p.Thaw()
 		p.run("stop")
@@ -171,14 +171,7 @@ func (p *Postgres) Thaw() {
 // sql) and returns what it prints.
 func (p *Postgres) SQL(stmt string) string {
 	p.t.Helper()
-	cmd := exec.Command(p.script, "sql", p.dir, stmt)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		p.t.Fatalf("hack/postgres.sh sql %q: %v\n%s", stmt, err, stderr.String())
-	}
-	return string(out)
+	return p.script(nil, "sql", p.dir, stmt)
 }
 
 // MoveTo moves the bucketbroker database, its tables and their indexes, to
@@ -213,13 +206,20 @@ func (p *Postgres) MoveTo(dir string) {
 
 func (p *Postgres) run(verb string, env ...string) string {
 	p.t.Helper()
-	cmd := exec.Command(p.script, verb, p.dir)
+	return p.script(env, verb, p.dir)
+}
+
+// script runs hack/postgres.sh with args, and env added to this process's
+// environment, and returns its stdout; the test fails with its stderr.
+func (p *Postgres) script(env []string, args ...string) string {
+	p.t.Helper()
+	cmd := exec.Command(p.path, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		p.t.Fatalf("hack/postgres.sh %s %s: %v\n%s", verb, p.dir, err, stderr.String())
+		p.t.Fatalf("hack/postgres.sh %q: %v\n%s", args, err, stderr.String())
 	}
 	return string(out)
 }
